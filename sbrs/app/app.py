@@ -1,0 +1,67 @@
+"""``load_app``: an app file → its validated config and the CNN model of every scenario."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sbrs.app.config import AppConfig, ScenarioConfig, load_app_config
+from sbrs.errors import InputError
+from sbrs.model import CnnModel, import_onnx, memory_figures, params_bytes
+
+
+@dataclass(frozen=True)
+class App:
+    """A loaded app: config plus one imported ``CnnModel`` per scenario (in the config's order)."""
+
+    config: AppConfig
+    models: dict[str, CnnModel]
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def model(self, scenario: str) -> CnnModel:
+        return self.models[scenario]
+
+    def summary(self) -> dict[str, Any]:
+        """Per-scenario model figures (thesis Eq. 2.6, naive buffers) and the app's unique-parameter total."""
+        return {
+            "app": self.config.name,
+            "params_bytes": params_bytes(self.models.values()),
+            "scenarios": {
+                name: {"layers": len(model.compute_layers), "edges": len(model.edges),
+                       **memory_figures(model).__dict__}
+                for name, model in self.models.items()
+            },
+        }
+
+
+def _import_scenario(config: AppConfig, scenario: ScenarioConfig) -> CnnModel:
+    from sbrs.model.onnx_import import load_onnx
+
+    onnx_model = load_onnx(scenario.model_path)
+    initializers = {init.name for init in onnx_model.graph.initializer}
+    data_inputs = [value for value in onnx_model.graph.input if value.name not in initializers]
+    where = f"{scenario.defined_in}: scenario '{scenario.name}'"
+    if len(data_inputs) != 1:
+        raise InputError(f"{where}: the model has {len(data_inputs)} data inputs; an app has exactly one"
+                         f" ({scenario.model_path})")
+    model_input = data_inputs[0].name
+    try:
+        model = import_onnx(scenario.model_path, name=scenario.name,
+                            input_shapes={model_input: config.input.shape})
+    except InputError as exc:
+        raise InputError(f"scenario '{scenario.name}': {exc.detail}", file=exc.file, line=exc.line,
+                         field=exc.field) from None
+    spec = model.tensors[model_input]
+    if spec.dtype != config.input.dtype:
+        raise InputError(f"{where}: input dtype {spec.dtype} differs from the app's input dtype {config.input.dtype}")
+    return model
+
+
+def load_app(path: str | Path) -> App:
+    """Load an app YAML: validate it, resolve and import every scenario's CNN."""
+    config = load_app_config(path)
+    return App(config, {s.name: _import_scenario(config, s) for s in config.scenarios})

@@ -1,0 +1,238 @@
+"""App and scenario YAML → ``AppConfig``: validated, with every scenario resolved to an ONNX file.
+
+Validation is strict and every error is one line ``file:line: field: message`` (an ``InputError``).
+Scenario CNNs come from an ONNX path (relative to the YAML that names it), an inline ``layers:`` list
+(compiled with seeded weights) or the zoo (``zoo: {name: ..., options}``); the last two are exported into
+the cache on first use, so every scenario ends up with its own ONNX file: the ground truth of later stages.
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from sbrs.app.schema import AppEntry, ScenarioEntry, ScenarioFileRef
+from sbrs.app.yaml_lines import LocatedYaml, Path_, format_path, load_yaml, parse_path
+from sbrs.cache import cached_file, content_key
+from sbrs.errors import InputError
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class RequirementSet:
+    """Thesis Section 5.6: (r_a, r_t, r_m, r_e)."""
+
+    accuracy: float
+    throughput: float
+    memory: float
+    energy: float
+
+
+@dataclass(frozen=True)
+class DeclaredCharacteristics:
+    """What the app's author declares about a scenario (thesis Table 5.4 columns); not measured by sbrs."""
+
+    accuracy: float | None = None
+    fps: float | None = None
+    energy_j: float | None = None
+    memory_mb: float | None = None
+
+
+@dataclass(frozen=True)
+class ScenarioConfig:
+    name: str
+    defined_in: str
+    model_kind: str  # "onnx" | "layers" | "zoo"
+    model_path: str
+    requirements: RequirementSet
+    characteristics: DeclaredCharacteristics
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    providers: tuple[str, ...]
+    threads: int | None
+    granularity: str
+    transition: str
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    name: str
+    path: str
+    input: InputSpec
+    adaptive: tuple[str, ...]
+    initial: str
+    scenarios: tuple[ScenarioConfig, ...]
+    runtime: RuntimeOptions
+    memory_limit_mb: float | None
+
+    def scenario(self, name: str) -> ScenarioConfig:
+        for scenario in self.scenarios:
+            if scenario.name == name:
+                return scenario
+        raise KeyError(name)
+
+    @property
+    def scenario_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.scenarios)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _model_class(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside an annotation such as ``Optional[list[Model]]``, if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for argument in typing.get_args(annotation):
+        found = _model_class(argument)
+        if found is not None:
+            return found
+    return None
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    current: type[BaseModel] | None = model
+    for part in loc[:-1]:
+        if current is None:
+            return []
+        if isinstance(part, str):
+            field = current.model_fields.get(part)
+            current = _model_class(field.annotation) if field else None
+    return sorted(current.model_fields) if current else []
+
+
+def _validate(model: type[BaseModel], data: Any, doc: LocatedYaml, base: Path_ = ()) -> Any:
+    """Validate ``data`` against ``model``; the first error becomes a one-line ``InputError``."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        loc = tuple(part for part in error["loc"] if isinstance(part, (str, int)))
+        kind = error["type"]
+        if kind == "extra_forbidden":
+            allowed = _allowed_keys(model, loc)
+            message = "unknown key" + (f" (allowed: {', '.join(allowed)})" if allowed else "")
+        elif kind == "missing":
+            message = "required key is missing"
+        else:
+            message = error["msg"].removeprefix("Value error, ")
+            if kind not in ("value_error", "assertion_error") and "input" in error:
+                message += f" (got {error['input']!r})"
+        raise doc.error((*base, *loc), message) from None
+
+
+def _as_mapping(doc: LocatedYaml, data: Any, path: Path_, what: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise doc.error(path, f"expected a mapping ({what}), got {type(data).__name__}")
+    return data
+
+
+def _compile_layers(entry: ScenarioEntry, app: AppEntry, doc: LocatedYaml, path: Path_) -> Path:
+    from sbrs.zoo.dsl import compile_layers
+
+    input_shape = tuple(app.input.shape)
+
+    def produce() -> bytes:
+        try:
+            model = compile_layers(entry.layers or [], input_shape, seed=entry.seed, input_name=app.input.name,
+                                   where="layers")
+        except InputError as exc:
+            field_path = (*path, *parse_path(exc.field)) if exc.field else (*path, "layers")
+            raise doc.error(field_path, exc.detail) from None
+        return model.SerializeToString()
+
+    key = content_key("layers", entry.layers, entry.seed, input_shape, app.input.name)
+    return cached_file("layers", entry.name, key, produce)
+
+
+def _zoo_export(entry: ScenarioEntry, doc: LocatedYaml, path: Path_) -> Path:
+    from sbrs import zoo
+
+    options = dict(entry.zoo or {})
+    name = options.pop("name", None)
+    if not isinstance(name, str):
+        raise doc.error((*path, "zoo", "name"), "the zoo model's name is required (see `sbrs zoo list`)")
+    try:
+        return Path(zoo.cached_export(name, options))
+    except InputError as exc:
+        raise doc.error((*path, "zoo"), exc.detail) from None
+
+
+def _resolve_scenario(entry: ScenarioEntry, app: AppEntry, doc: LocatedYaml, path: Path_) -> ScenarioConfig:
+    if entry.model is not None:
+        model_path = (Path(doc.file).parent / entry.model).resolve()
+        if not model_path.is_file():
+            raise doc.error((*path, "model"), f"no such ONNX file: {entry.model}")
+        kind = "onnx"
+    elif entry.layers is not None:
+        model_path, kind = _compile_layers(entry, app, doc, path), "layers"
+    else:
+        model_path, kind = _zoo_export(entry, doc, path), "zoo"
+    return ScenarioConfig(
+        name=entry.name,
+        defined_in=doc.file,
+        model_kind=kind,
+        model_path=str(model_path),
+        requirements=RequirementSet(**entry.requirements.model_dump()),
+        characteristics=DeclaredCharacteristics(**entry.characteristics.model_dump()),
+    )
+
+
+def _scenario_entry(raw: Any, app_doc: LocatedYaml, index: int) -> tuple[ScenarioEntry, LocatedYaml, Path_]:
+    path: Path_ = ("scenarios", index)
+    mapping = _as_mapping(app_doc, raw, path, "a scenario, or {file: scenario.yaml}")
+    if "file" not in mapping:
+        return _validate(ScenarioEntry, mapping, app_doc, path), app_doc, path
+    ref = _validate(ScenarioFileRef, mapping, app_doc, path)
+    scenario_path = Path(app_doc.file).parent / ref.file
+    if not scenario_path.is_file():
+        raise app_doc.error((*path, "file"), f"no such scenario file: {ref.file}")
+    doc = load_yaml(scenario_path)
+    _as_mapping(doc, doc.data, (), "a scenario")
+    return _validate(ScenarioEntry, doc.data, doc), doc, ()
+
+
+def load_app_config(path: str | Path) -> AppConfig:
+    """Read and validate an app YAML and its scenario files; resolve every scenario's ONNX file."""
+    doc = load_yaml(path)
+    _as_mapping(doc, doc.data, (), "the app")
+    app: AppEntry = _validate(AppEntry, doc.data, doc)
+
+    scenarios: list[ScenarioConfig] = []
+    first_defined: dict[str, str] = {}
+    for index, raw in enumerate(app.scenarios):
+        entry, entry_doc, entry_path = _scenario_entry(raw, doc, index)
+        if entry.name in first_defined:
+            first = first_defined[entry.name]
+            raise entry_doc.error((*entry_path, "name"), f"duplicate scenario name '{entry.name}' (first: {first})")
+        first_defined[entry.name] = format_path(("scenarios", index))
+        scenarios.append(_resolve_scenario(entry, app, entry_doc, entry_path))
+
+    names = [s.name for s in scenarios]
+    initial = app.initial or names[0]
+    if initial not in names:
+        raise doc.error(("initial",), f"unknown scenario '{initial}' (scenarios: {', '.join(names)})")
+
+    return AppConfig(
+        name=app.name,
+        path=str(Path(path).resolve()),
+        input=InputSpec(app.input.name, tuple(app.input.shape), app.input.dtype),
+        adaptive=tuple(app.adaptive),
+        initial=initial,
+        scenarios=tuple(scenarios),
+        runtime=RuntimeOptions(tuple(app.runtime.providers), app.runtime.threads, app.runtime.granularity,
+                               app.runtime.transition),
+        memory_limit_mb=app.memory_limit_mb,
+    )

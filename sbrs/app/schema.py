@@ -1,0 +1,112 @@
+"""Strict schemas of the app and scenario YAML files (pydantic; unknown keys and wrong types are errors).
+
+The app file's minimum contract is in DESIGN.md ("The app file"); later stages add sections here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
+
+Number = StrictFloat | StrictInt
+NonNegative = Annotated[Number, Field(ge=0)]
+Weight = Annotated[Number, Field(ge=0, le=1)]
+Name = Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")]
+
+ADAPTIVE_ATTRIBUTES = ("I", "O", "par")
+KNOWN_PROVIDERS = ("CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider")
+DTYPES = ("float32", "float16", "float64", "uint8", "int8", "int32", "int64")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Requirements(Strict):
+    """Thesis Section 5.6: weights (r_a, r_t, r_m, r_e) in [0, 1] summing to 1; an omitted weight is 0."""
+
+    accuracy: Weight = 0.0
+    throughput: Weight = 0.0
+    memory: Weight = 0.0
+    energy: Weight = 0.0
+
+    @model_validator(mode="after")
+    def _sum_to_one(self) -> Requirements:
+        total = self.accuracy + self.throughput + self.memory + self.energy
+        if not math.isclose(total, 1.0, abs_tol=1e-6):
+            raise ValueError(f"requirement weights must sum to 1, they sum to {total:g}")
+        return self
+
+
+class Characteristics(Strict):
+    """Declared (not measured) characteristics of a scenario, as in thesis Table 5.4."""
+
+    accuracy: NonNegative | None = None
+    fps: Annotated[Number, Field(gt=0)] | None = None
+    energy_j: NonNegative | None = None
+    memory_mb: NonNegative | None = None
+
+
+class ScenarioEntry(Strict):
+    """One scenario: its CNN (exactly one of ``model``, ``layers``, ``zoo``) and its requirements."""
+
+    name: Name
+    model: Annotated[StrictStr, Field(min_length=1)] | None = None
+    layers: list[dict[str, Any]] | None = None
+    zoo: dict[str, Any] | None = None
+    seed: StrictInt = 0
+    requirements: Requirements = Requirements(accuracy=1.0)
+    characteristics: Characteristics = Characteristics()
+
+    @model_validator(mode="after")
+    def _one_model_source(self) -> ScenarioEntry:
+        given = [key for key in ("model", "layers", "zoo") if getattr(self, key) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of 'model' (ONNX path), 'layers' (inline list) or 'zoo'"
+                             + (f"; got {', '.join(given)}" if given else ""))
+        return self
+
+
+class ScenarioFileRef(Strict):
+    file: Annotated[StrictStr, Field(min_length=1)]
+
+
+class InputSpecEntry(Strict):
+    name: Annotated[StrictStr, Field(min_length=1)] = "input"
+    shape: Annotated[list[Annotated[StrictInt, Field(gt=0)]], Field(min_length=1, max_length=8)]
+    dtype: Literal[DTYPES] = "float32"  # type: ignore[valid-type]
+
+
+class RuntimeEntry(Strict):
+    providers: Annotated[list[Literal[KNOWN_PROVIDERS]], Field(min_length=1)] = ["CPUExecutionProvider"]  # type: ignore[valid-type]
+    threads: Annotated[StrictInt, Field(ge=1, le=1024)] | None = None
+    granularity: Literal["auto", "layer"] = "auto"
+    transition: Literal["sbrs-tp", "naive"] = "sbrs-tp"
+
+
+class AppEntry(Strict):
+    name: Name
+    input: InputSpecEntry
+    adaptive: list[Literal[ADAPTIVE_ATTRIBUTES]] = list(ADAPTIVE_ATTRIBUTES)  # type: ignore[valid-type]
+    initial: Name | None = None
+    scenarios: Annotated[list[dict[str, Any]], Field(min_length=1)]
+    runtime: RuntimeEntry = RuntimeEntry()
+    memory_limit_mb: Annotated[Number, Field(gt=0)] | None = None
+
+    @field_validator("adaptive")
+    @classmethod
+    def _no_duplicates(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("duplicate entry")
+        return value

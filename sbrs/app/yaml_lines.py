@@ -1,0 +1,102 @@
+"""YAML loading that remembers the line of every key, so validation errors can name ``file:line: field``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sbrs.errors import InputError
+
+Path_ = tuple[str | int, ...]
+
+
+class LocatedYaml:
+    """A parsed YAML document plus the 1-based line of each key path (``("scenarios", 0, "name")``)."""
+
+    def __init__(self, data: Any, lines: dict[Path_, int], file: str) -> None:
+        self.data = data
+        self.lines = lines
+        self.file = file
+
+    def line_of(self, path: Path_) -> int | None:
+        """Line of ``path`` or of its nearest located ancestor."""
+        for end in range(len(path), -1, -1):
+            line = self.lines.get(tuple(path[:end]))
+            if line is not None:
+                return line
+        return None
+
+    def error(self, path: Path_, message: str) -> InputError:
+        return InputError(message, file=self.file, line=self.line_of(path), field=format_path(path) or None)
+
+
+def format_path(path: Path_) -> str:
+    """("scenarios", 2, "requirements") → "scenarios[2].requirements"."""
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def parse_path(field: str) -> Path_:
+    """Inverse of ``format_path``."""
+    parts: list[str | int] = []
+    for name, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", field):
+        parts.append(int(index) if index else name)
+    return tuple(parts)
+
+
+def _convert(node: yaml.Node, path: Path_, lines: dict[Path_, int], file: str) -> Any:
+    lines.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        result: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            key = yaml.safe_load(yaml.serialize(key_node)) if not isinstance(key_node, yaml.ScalarNode) \
+                else _scalar(key_node)
+            if not isinstance(key, str):
+                raise InputError(f"mapping keys must be strings, got {key!r}", file=file,
+                                 line=key_node.start_mark.line + 1, field=format_path(path) or None)
+            if key in result:
+                raise InputError("duplicate key", file=file, line=key_node.start_mark.line + 1,
+                                 field=format_path((*path, key)))
+            lines[(*path, key)] = key_node.start_mark.line + 1
+            result[key] = _convert(value_node, (*path, key), lines, file)
+        return result
+    if isinstance(node, yaml.SequenceNode):
+        return [_convert(item, (*path, index), lines, file) for index, item in enumerate(node.value)]
+    return _scalar(node)
+
+
+def _scalar(node: yaml.ScalarNode) -> Any:
+    return yaml.SafeLoader(yaml.serialize(node)).get_single_data() if node.tag != "tag:yaml.org,2002:str" \
+        else node.value
+
+
+def load_yaml(path: str | Path) -> LocatedYaml:
+    """Parse one YAML file; a missing file or a syntax error is an ``InputError`` naming the file and line."""
+    path = Path(path)
+    file = str(path)
+    if not path.is_file():
+        raise InputError("no such file", file=file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read: {exc}", file=file) from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InputError(f"invalid YAML: {problem}", file=file,
+                         line=mark.line + 1 if mark else None) from None
+    if root is None:
+        raise InputError("empty YAML document", file=file)
+    lines: dict[Path_, int] = {}
+    try:
+        data = _convert(root, (), lines, file)
+    except yaml.YAMLError as exc:
+        raise InputError(f"invalid YAML value: {exc}", file=file) from None
+    return LocatedYaml(data, lines, file)

@@ -1,0 +1,158 @@
+"""The ``sbrs`` command line (contract in DESIGN.md, "Interfaces").
+
+Exit status: 0 ok, 1 runtime failure, 2 bad input or usage; every failure is one line on stderr naming the
+file, field or request at fault. ``--json`` prints exactly one JSON object on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sbrs import __version__
+from sbrs.errors import InputError, SbrsError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _print_json(value: Any) -> None:
+    json.dump(value, sys.stdout, indent=2, sort_keys=False, default=str)
+    sys.stdout.write("\n")
+
+
+def _mb(value: int) -> str:
+    return f"{value / 1e6:.2f}"
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from sbrs.app import load_app
+
+    app = load_app(args.app)
+    summary = app.summary()
+    if args.json:
+        _print_json(summary)
+        return 0
+    print(f"app {app.name}: {len(app.models)} scenarios, input {app.config.input.name} "
+          f"{list(app.config.input.shape)} {app.config.input.dtype}, adaptive {list(app.config.adaptive)}")
+    print(f"{'scenario':<20} {'source':<7} {'layers':>6} {'edges':>6} {'params':>12} {'params MB':>10} {'naive MB':>9}")
+    for scenario in app.config.scenarios:
+        row = summary["scenarios"][scenario.name]
+        print(f"{scenario.name:<20} {scenario.model_kind:<7} {row['layers']:>6} {row['edges']:>6} "
+              f"{row['parameters']:>12,} {_mb(row['params_bytes']):>10} {_mb(row['naive_buffer_bytes']):>9}")
+    print(f"unique parameters of the app: {_mb(summary['params_bytes'])} MB (a tensor shared by scenarios counts once)")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from sbrs.app import load_app
+
+    app = load_app(args.app)
+    sys.stderr.write(
+        f"sbrs run: app '{app.name}' is valid ({len(app.models)} scenarios), but this version cannot execute it yet:"
+        " the supergraph runtime is not implemented. Nothing was run.\n")
+    return 1
+
+
+def cmd_zoo_list(args: argparse.Namespace) -> int:
+    from sbrs import zoo
+
+    entries = zoo.list_models()
+    if args.json:
+        _print_json({"models": [zoo.entry_to_dict(entry) for entry in entries]})
+        return 0
+    for entry in entries:
+        options = ", ".join(f"{name}={spec.default!r}" for name, spec in entry.options.items())
+        print(f"{entry.name:<16} {entry.description}")
+        print(f"{'':<16} options: {options}")
+    return 0
+
+
+def _parse_option(text: str) -> tuple[str, Any]:
+    import yaml
+
+    if "=" not in text:
+        raise InputError(f"--option '{text}': expected KEY=VALUE")
+    key, _, value = text.partition("=")
+    return key.strip(), yaml.safe_load(value)
+
+
+def cmd_zoo_export(args: argparse.Namespace) -> int:
+    from sbrs import zoo
+
+    options: dict[str, Any] = dict(_parse_option(text) for text in args.option)
+    for key in ("width", "resolution", "seed"):
+        value = getattr(args, key)
+        if value is not None:
+            options[key] = value
+    path = zoo.export(args.name, args.output, **options)
+    if args.json:
+        _print_json({"model": args.name, "options": options, "path": str(path)})
+    else:
+        print(f"wrote {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sbrs",
+        description="Run one CNN application with several scenarios that share layers, weights and one memory "
+                    "arena, switching between them at run time.")
+    parser.add_argument("--version", action="version", version=f"sbrs {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    check = add("check", cmd_check, "validate an app and print each scenario's CNN figures")
+    check.add_argument("app", metavar="APP.yaml")
+    check.add_argument("--json", action="store_true", help="print one JSON object")
+
+    run = add("run", cmd_run, "run the app (the main job)")
+    run.add_argument("app", metavar="APP.yaml")
+    run.add_argument("--frames", type=int, default=None, help="stop after N frames")
+
+    zoo = add("zoo", lambda _args: 2, "reference CNN architectures with seeded weights")
+    zoo_commands = zoo.add_subparsers(dest="zoo_command", metavar="ZOO_COMMAND", required=True)
+    zoo_list = zoo_commands.add_parser("list", help="list the zoo's models and their options")
+    zoo_list.set_defaults(handler=cmd_zoo_list)
+    zoo_list.add_argument("--json", action="store_true", help="print one JSON object")
+    export = zoo_commands.add_parser("export", help="write a zoo model as an ONNX file")
+    export.set_defaults(handler=cmd_zoo_export)
+    export.add_argument("name", help="model name (see `sbrs zoo list`)")
+    export.add_argument("-o", "--output", required=True, metavar="FILE.onnx")
+    export.add_argument("--width", type=float, default=None, help="width multiplier")
+    export.add_argument("--resolution", type=int, default=None, help="input height and width")
+    export.add_argument("--seed", type=int, default=None, help="weights seed")
+    export.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="any other model option, value in YAML syntax (e.g. drop_blocks=[1,2])")
+    export.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except SbrsError as exc:
+        sys.stderr.write(f"sbrs: error: {exc}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("sbrs: interrupted\n")
+        return 130
+    except Exception as exc:
+        if os.environ.get("SBRS_DEBUG"):
+            raise
+        message = " ".join(str(exc).split())[:500]
+        sys.stderr.write(f"sbrs: internal error: {type(exc).__name__}: {message} (set SBRS_DEBUG=1 for a traceback)\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,266 @@
+"""The CNN model of thesis Section 2.1: layers (Table 2.1), edges (Section 2.1.2) and memory figures (Eq. 2.5-2.8).
+
+A ``CnnModel`` is a plain value. Its layers keep every ONNX attribute and every operand position, so the
+original graph can be rebuilt exactly (``sbrs.model.onnx_export.to_onnx``): this is what makes each
+scenario's own ONNX model the ground truth for every later stage. Weight arrays live in a ``WeightStore``
+keyed by content digest, so equal tensors are recognised by value, never by shape.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+INPUT_OP = "Input"
+OUTPUT_OP = "Output"
+
+#: Thesis Table 2.2: layer type of each supported operator (ONNX op_type).
+LAYER_TYPES: Mapping[str, str] = {
+    INPUT_OP: "data",
+    OUTPUT_OP: "data",
+    "Conv": "convolutional",
+    "ConvTranspose": "convolutional",
+    "MaxPool": "pooling",
+    "AveragePool": "pooling",
+    "GlobalAveragePool": "pooling",
+    "GlobalMaxPool": "pooling",
+    "Relu": "activation",
+    "Clip": "activation",
+    "LeakyRelu": "activation",
+    "Sigmoid": "activation",
+    "HardSigmoid": "activation",
+    "HardSwish": "activation",
+    "Tanh": "activation",
+    "Gemm": "fc",
+    "MatMul": "fc",
+    "Softmax": "loss",
+    "BatchNormalization": "normalization",
+    "Add": "arithmetic",
+    "Sub": "arithmetic",
+    "Mul": "arithmetic",
+    "Div": "arithmetic",
+    "Concat": "transformation",
+    "Flatten": "transformation",
+    "Reshape": "transformation",
+    "Resize": "transformation",
+    "Upsample": "transformation",
+    "Transpose": "transformation",
+    "Pad": "transformation",
+    "Identity": "transformation",
+    "Dropout": "transformation",
+}
+
+SUPPORTED_OPS: frozenset[str] = frozenset(op for op in LAYER_TYPES if op not in (INPUT_OP, OUTPUT_OP))
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Shape and element type of one data tensor (``e.data``)."""
+
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+    @property
+    def elements(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+    @property
+    def nbytes(self) -> int:
+        return self.elements * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class ParamRef:
+    """One parameter tensor of a layer (part of ``par_i``): a reference into the model's ``WeightStore``."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    digest: str
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+def tensor_digest(array: np.ndarray) -> str:
+    """Content identity of a tensor: dtype, shape and bytes (so equal values hash equal, whatever the name)."""
+    contiguous = np.ascontiguousarray(array)
+    digest = hashlib.sha256()
+    digest.update(f"{contiguous.dtype.str}{contiguous.shape}".encode())
+    digest.update(contiguous.tobytes())
+    return digest.hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A layer l_i with the attributes of thesis Table 2.1.
+
+    ``operands`` keeps the ONNX node's inputs in position ("" for an absent optional input); the data inputs
+    are the operands that are not parameters, and they name the input edges I_i. ``attributes`` are the ONNX
+    attributes as JSON values. ``kernel``, ``stride``, ``pads``, ``dilation`` and ``groups`` are derived for
+    every op as Table 2.1 defines them (defaults 1, 1, zeros, 1, 1); ``pads`` is (top, left, bottom, right),
+    the ONNX order, whereas the thesis writes [left, top, right, bottom] (Eq. 2.3-2.4).
+    """
+
+    name: str
+    op: str
+    type: str
+    operands: tuple[str, ...]
+    outputs: tuple[str, ...]
+    input_shapes: tuple[tuple[int, ...], ...]
+    output_shapes: tuple[tuple[int, ...], ...]
+    kernel: tuple[int, int] = (1, 1)
+    stride: tuple[int, int] = (1, 1)
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)
+    dilation: tuple[int, int] = (1, 1)
+    groups: int = 1
+    attributes: dict[str, Any] = field(default_factory=dict)
+    params: tuple[ParamRef, ...] = ()
+    domain: str = ""
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Names of the data tensors this layer reads (I_i), in operand order, without parameters."""
+        param_names = {p.name for p in self.params}
+        return tuple(name for name in self.operands if name and name not in param_names)
+
+    @property
+    def param_digests(self) -> tuple[str, ...]:
+        return tuple(p.digest for p in self.params)
+
+    @property
+    def params_bytes(self) -> int:
+        return sum(p.nbytes for p in self.params)
+
+
+@dataclass(frozen=True)
+class Edge:
+    """Edge e_ij = (l_i, l_j, data) of thesis Section 2.1.2: one producer, one consumer, one tensor."""
+
+    src: str
+    dst: str
+    tensor: str
+    spec: TensorSpec
+
+    @property
+    def name(self) -> str:
+        return f"{self.src}->{self.dst}:{self.tensor}"
+
+
+class WeightStore(Mapping[str, np.ndarray]):
+    """Parameter arrays by content digest; read-only once built. Equal tensors are stored once."""
+
+    def __init__(self, arrays: Iterable[tuple[str, np.ndarray]] = ()) -> None:
+        self._arrays: dict[str, np.ndarray] = {}
+        for digest, array in arrays:
+            self.add(array, digest)
+
+    def add(self, array: np.ndarray, digest: str | None = None) -> str:
+        digest = digest or tensor_digest(array)
+        if digest not in self._arrays:
+            frozen = np.ascontiguousarray(array)
+            frozen.flags.writeable = False
+            self._arrays[digest] = frozen
+        return digest
+
+    def __getitem__(self, digest: str) -> np.ndarray:
+        return self._arrays[digest]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._arrays)
+
+    def __len__(self) -> int:
+        return len(self._arrays)
+
+    def merged(self, other: WeightStore) -> WeightStore:
+        return WeightStore([*self._arrays.items(), *other.items()])
+
+
+@dataclass(frozen=True)
+class CnnModel:
+    """CNN(L, E): layers in topological order (data layers ``Input``/``Output`` included) and edges."""
+
+    name: str
+    source: str
+    opset: int
+    layers: tuple[Layer, ...]
+    edges: tuple[Edge, ...]
+    tensors: dict[str, TensorSpec]
+    graph_inputs: tuple[str, ...]
+    graph_outputs: tuple[str, ...]
+    opset_imports: dict[str, int] = field(default_factory=dict)
+    weights: WeightStore = field(default_factory=WeightStore, repr=False, compare=False)
+
+    def layer(self, name: str) -> Layer:
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        raise KeyError(name)
+
+    @property
+    def compute_layers(self) -> tuple[Layer, ...]:
+        return tuple(layer for layer in self.layers if layer.type != "data")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready description (weights are referenced by digest, not included)."""
+        return {
+            "name": self.name,
+            "source": self.source,
+            "opset": self.opset,
+            "graph_inputs": list(self.graph_inputs),
+            "graph_outputs": list(self.graph_outputs),
+            "layers": [asdict(layer) for layer in self.layers],
+            "edges": [asdict(edge) | {"name": edge.name} for edge in self.edges],
+            "tensors": {name: asdict(spec) for name, spec in self.tensors.items()},
+            "memory": asdict(memory_figures(self)),
+        }
+
+
+@dataclass(frozen=True)
+class MemoryFigures:
+    """Thesis Eq. 2.5-2.7 for one CNN with naive buffers: m = m_par + m_buf."""
+
+    params_bytes: int
+    naive_buffer_bytes: int
+    tensor_bytes: int
+    parameters: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.params_bytes + self.naive_buffer_bytes
+
+
+def unique_params(models: Iterable[CnnModel]) -> dict[str, ParamRef]:
+    """Parameter tensors of all models by content digest (a tensor shared by models or layers counts once)."""
+    seen: dict[str, ParamRef] = {}
+    for model in models:
+        for layer in model.layers:
+            for param in layer.params:
+                seen.setdefault(param.digest, param)
+    return seen
+
+
+def params_bytes(models: Iterable[CnnModel]) -> int:
+    """m_par of Eq. 2.6 over unique parameter tensors (identity by content)."""
+    return sum(p.nbytes for p in unique_params(models).values())
+
+
+def naive_buffer_bytes(model: CnnModel) -> int:
+    """M_naive of the thesis (Eq. 2.7 with one buffer per edge): the sum of every edge's tensor bytes."""
+    return sum(edge.spec.nbytes for edge in model.edges)
+
+
+def memory_figures(model: CnnModel) -> MemoryFigures:
+    unique = unique_params([model])
+    floats = [p for p in unique.values() if np.issubdtype(np.dtype(p.dtype), np.floating)]
+    return MemoryFigures(
+        params_bytes=sum(p.nbytes for p in unique.values()),
+        naive_buffer_bytes=naive_buffer_bytes(model),
+        tensor_bytes=sum(spec.nbytes for spec in model.tensors.values()),
+        parameters=sum(int(np.prod(p.shape, dtype=np.int64)) for p in floats),
+    )

@@ -1,0 +1,63 @@
+"""Rebuild ONNX from ``CnnModel`` layers: the inverse of ``onnx_import`` for whole models and subgraphs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from sbrs.model.cnn import CnnModel, Layer, TensorSpec, WeightStore
+
+IR_VERSION = 8
+
+
+def _attribute(key: str, value: Any) -> onnx.AttributeProto:
+    if isinstance(value, list) and not value:
+        return helper.make_attribute(key, value, attr_type=onnx.AttributeProto.INTS)
+    if isinstance(value, list) and any(isinstance(v, float) for v in value):
+        return helper.make_attribute(key, [float(v) for v in value])
+    return helper.make_attribute(key, value)
+
+
+def make_node(layer: Layer) -> onnx.NodeProto:
+    node = helper.make_node(layer.op, list(layer.operands), list(layer.outputs), name=layer.name,
+                            domain=layer.domain or None)
+    node.attribute.extend(_attribute(key, value) for key, value in layer.attributes.items())
+    return node
+
+
+def _value_info(name: str, spec: TensorSpec) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(spec.dtype)), list(spec.shape))
+
+
+def build_graph_model(layers: Sequence[Layer], inputs: Iterable[tuple[str, TensorSpec]],
+                      outputs: Iterable[tuple[str, TensorSpec]], weights: WeightStore,
+                      opset_imports: dict[str, int], name: str = "sbrs") -> onnx.ModelProto:
+    """An ONNX model running ``layers`` (compute layers, topological order) from ``inputs`` to ``outputs``."""
+    nodes = [make_node(layer) for layer in layers]
+    initializers: dict[str, onnx.TensorProto] = {}
+    for layer in layers:
+        for param in layer.params:
+            if param.name not in initializers:
+                initializers[param.name] = numpy_helper.from_array(weights[param.digest], param.name)
+    graph = helper.make_graph(
+        nodes, name,
+        [_value_info(n, s) for n, s in inputs],
+        [_value_info(n, s) for n, s in outputs],
+        initializer=list(initializers.values()),
+    )
+    opsets = [helper.make_opsetid(domain, version) for domain, version in sorted(opset_imports.items())]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=IR_VERSION, producer_name="sbrs")
+
+
+def to_onnx(model: CnnModel) -> onnx.ModelProto:
+    """The whole model as ONNX, computing exactly what the imported file computes."""
+    return build_graph_model(
+        model.compute_layers,
+        [(n, model.tensors[n]) for n in model.graph_inputs],
+        [(n, model.tensors[n]) for n in model.graph_outputs],
+        model.weights, model.opset_imports, model.name,
+    )

@@ -1,0 +1,324 @@
+"""ONNX import into the CNN model of thesis Section 2.1 (``CnnModel``).
+
+Pass order: load → refuse unsupported ops → fold ``Constant`` nodes → fix the input shape the app declares →
+ONNX shape inference (strict) → layers (Table 2.1 attributes derived per op) and edges (one per producer,
+consumer and tensor). Every failure is an ``InputError`` naming the file and, where one is at fault, the node.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from sbrs.errors import InputError
+from sbrs.model.cnn import (
+    INPUT_OP,
+    LAYER_TYPES,
+    OUTPUT_OP,
+    SUPPORTED_OPS,
+    CnnModel,
+    Edge,
+    Layer,
+    ParamRef,
+    TensorSpec,
+    WeightStore,
+)
+
+_ONNX_DOMAINS = ("", "ai.onnx")
+
+
+def load_onnx(path: str | Path) -> onnx.ModelProto:
+    """Read an ONNX file, turning every failure into a one-line ``InputError`` naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("no such ONNX file", file=str(path))
+    try:
+        return onnx.load(str(path))
+    except Exception as exc:  # protobuf raises several unrelated types on garbage
+        raise InputError(f"not a readable ONNX model ({type(exc).__name__}: {exc})", file=str(path)) from None
+
+
+def import_onnx(path: str | Path, *, name: str | None = None,
+                input_shapes: dict[str, Sequence[int]] | None = None) -> CnnModel:
+    """Import an ONNX file. ``input_shapes`` fixes symbolic input dimensions (e.g. a dynamic batch)."""
+    return import_model(load_onnx(path), source=str(path), name=name, input_shapes=input_shapes)
+
+
+def import_model(model: onnx.ModelProto, *, source: str = "<memory>", name: str | None = None,
+                 input_shapes: dict[str, Sequence[int]] | None = None) -> CnnModel:
+    """Import an in-memory ONNX model (``source`` names it in messages)."""
+    model = _copy(model)
+    _refuse_unsupported(model, source)
+    _fold_constants(model)
+    _check_topology(model, source)
+    _set_input_shapes(model, input_shapes or {}, source)
+    inferred = _infer_shapes(model, source)
+    return _build(inferred, source, name or Path(source).stem)
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy
+
+
+def _refuse_unsupported(model: onnx.ModelProto, source: str) -> None:
+    for index, node in enumerate(model.graph.node):
+        supported = node.domain in _ONNX_DOMAINS and (node.op_type in SUPPORTED_OPS or node.op_type == "Constant")
+        if not supported:
+            label = node.name or f"#{index}"
+            op = f"{node.domain}::{node.op_type}" if node.domain not in _ONNX_DOMAINS else node.op_type
+            raise InputError(f"node '{label}': unsupported op '{op}' (supported: {', '.join(sorted(SUPPORTED_OPS))})",
+                             file=source)
+
+
+def _fold_constants(model: onnx.ModelProto) -> None:
+    """``Constant`` nodes become initializers, so their values are parameters like any other."""
+    graph = model.graph
+    kept = []
+    for node in graph.node:
+        if node.op_type != "Constant":
+            kept.append(node)
+            continue
+        attribute = node.attribute[0]
+        value = onnx.helper.get_attribute_value(attribute)
+        if isinstance(value, onnx.TensorProto):
+            array = numpy_helper.to_array(value)
+        else:
+            array = np.asarray(value, dtype=np.float32 if "float" in attribute.name else np.int64)
+        graph.initializer.append(numpy_helper.from_array(array, node.output[0]))
+    del graph.node[:]
+    graph.node.extend(kept)
+
+
+def _check_topology(model: onnx.ModelProto, source: str) -> None:
+    """Every operand is an initializer, a graph input or the output of an earlier node."""
+    available = {init.name for init in model.graph.initializer} | {value.name for value in model.graph.input}
+    for index, node in enumerate(model.graph.node):
+        for operand in node.input:
+            if operand and operand not in available:
+                raise InputError(f"node '{node.name or f'#{index}'}': input '{operand}' is produced by no earlier node"
+                                 " (graph not topologically sorted, or dangling)", file=source)
+        available.update(node.output)
+
+
+def _data_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    initializers = {init.name for init in model.graph.initializer}
+    return [value for value in model.graph.input if value.name not in initializers]
+
+
+def _set_input_shapes(model: onnx.ModelProto, shapes: dict[str, Sequence[int]], source: str) -> None:
+    for value in _data_inputs(model):
+        if value.name not in shapes:
+            continue
+        wanted = list(shapes[value.name])
+        dims = value.type.tensor_type.shape.dim
+        if len(dims) != len(wanted):
+            raise InputError(f"input '{value.name}' has rank {len(dims)}, the app declares shape {wanted}",
+                             file=source)
+        if any(dim.HasField("dim_value") and dim.dim_value != size for dim, size in zip(dims, wanted, strict=True)):
+            raise InputError(f"input '{value.name}' has shape {_dims(value)}, the app declares {wanted}", file=source)
+        for dim, size in zip(dims, wanted, strict=True):
+            dim.ClearField("dim_param")
+            dim.dim_value = size
+    # Stale intermediate shapes from the exporter would contradict the fixed input: infer them anew.
+    del model.graph.value_info[:]
+
+
+def _infer_shapes(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+    except Exception as exc:
+        message = " ".join(str(exc).split())
+        raise InputError(f"ONNX shape inference failed: {message[:300]}", file=source) from None
+
+
+def _dims(value: onnx.ValueInfoProto) -> list[int | str]:
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+            for d in value.type.tensor_type.shape.dim]
+
+
+def _spec(value: onnx.ValueInfoProto, source: str, role: str) -> TensorSpec:
+    tensor_type = value.type.tensor_type
+    if not tensor_type.HasField("shape") or not tensor_type.elem_type:
+        raise InputError(f"tensor '{value.name}' ({role}): shape unknown after ONNX shape inference", file=source)
+    dims = _dims(value)
+    if any(not isinstance(d, int) or d <= 0 for d in dims):
+        raise InputError(f"tensor '{value.name}' ({role}): shape {dims} is not static after ONNX shape inference;"
+                         " declare the input shape in the app", file=source)
+    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)).name
+    return TensorSpec(tuple(int(d) for d in dims), dtype)
+
+
+def _attribute_values(node: onnx.NodeProto) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for attribute in node.attribute:
+        value = onnx.helper.get_attribute_value(attribute)
+        if isinstance(value, bytes):
+            value = value.decode()
+        elif isinstance(value, list):
+            value = [v.decode() if isinstance(v, bytes) else v for v in value]
+        elif isinstance(value, np.generic):
+            value = value.item()
+        values[attribute.name] = value
+    return values
+
+
+def _hw(shape: Sequence[int]) -> tuple[int, int]:
+    """(height, width) of a tensor: NCHW → (H, W), NCW → (1, W), (N, K) → (1, K)."""
+    if len(shape) >= 4:
+        return int(shape[-2]), int(shape[-1])
+    if len(shape) >= 2:
+        return 1, int(shape[-1])
+    return 1, 1
+
+
+def _pair(values: Sequence[int] | None, default: int) -> tuple[int, int]:
+    if not values:
+        return default, default
+    return (int(values[0]), int(values[1])) if len(values) >= 2 else (1, int(values[0]))
+
+
+def _pads4(values: Sequence[int] | None) -> tuple[int, int, int, int]:
+    """ONNX pads [x1_begin, x2_begin, x1_end, x2_end] → (top, left, bottom, right)."""
+    if not values:
+        return 0, 0, 0, 0
+    if len(values) == 2:  # 1-D: [begin, end] along the width
+        return 0, int(values[0]), 0, int(values[1])
+    half = len(values) // 2
+    return int(values[half - 2]), int(values[half - 1]), int(values[-2]), int(values[-1])
+
+
+def _same_pads(in_hw: tuple[int, int], kernel: tuple[int, int], stride: tuple[int, int],
+               dilation: tuple[int, int], upper: bool) -> tuple[int, int, int, int]:
+    begin, end = [], []
+    for size, k, s, d in zip(in_hw, kernel, stride, dilation, strict=True):
+        total = max((math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size, 0)
+        small, large = total // 2, total - total // 2
+        begin.append(small if upper else large)
+        end.append(large if upper else small)
+    return begin[0], begin[1], end[0], end[1]
+
+
+def _table_2_1(node: onnx.NodeProto, attrs: dict[str, Any], in_shapes: list[tuple[int, ...]],
+               params: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Kernel, stride, pads, dilation and groups of thesis Table 2.1 for one node."""
+    op = node.op_type
+    in_hw = _hw(in_shapes[0]) if in_shapes else (1, 1)
+    derived: dict[str, Any] = {}
+    if op in ("Conv", "ConvTranspose", "MaxPool", "AveragePool"):
+        kernel_shape = attrs.get("kernel_shape")
+        if kernel_shape is None and op.startswith("Conv") and len(node.input) > 1 and node.input[1] in params:
+            kernel_shape = list(params[node.input[1]].shape[2:])
+        kernel = _pair(kernel_shape, 1)
+        stride = _pair(attrs.get("strides"), 1)
+        dilation = _pair(attrs.get("dilations"), 1)
+        auto_pad = attrs.get("auto_pad", "NOTSET")
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER") and op != "ConvTranspose":
+            pads = _same_pads(in_hw, kernel, stride, dilation, auto_pad == "SAME_UPPER")
+        else:
+            pads = _pads4(attrs.get("pads"))
+        derived.update(kernel=kernel, stride=stride, pads=pads, dilation=dilation, groups=int(attrs.get("group", 1)))
+    elif op in ("GlobalAveragePool", "GlobalMaxPool", "Gemm", "MatMul"):
+        derived["kernel"] = in_hw  # Table 2.1: kh = X.h, kw = X.w for FC and global pooling
+    elif op == "Pad":
+        pads = attrs.get("pads")
+        if pads is None and len(node.input) > 1 and node.input[1] in params:
+            pads = [int(v) for v in params[node.input[1]].ravel()]
+        derived["pads"] = _pads4(pads)
+    return derived
+
+
+def _build(model: onnx.ModelProto, source: str, name: str) -> CnnModel:
+    graph = model.graph
+    arrays = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+    weights = WeightStore()
+    refs = {key: ParamRef(key, tuple(int(d) for d in a.shape), a.dtype.name, weights.add(a))
+            for key, a in arrays.items()}
+
+    specs: dict[str, TensorSpec] = {}
+    for value in _data_inputs(model):
+        specs[value.name] = _spec(value, source, "graph input")
+    known = {value.name: value for value in [*graph.value_info, *graph.output]}
+
+    producer: dict[str, str] = {}
+    layers: list[Layer] = []
+    used_names: set[str] = set()
+
+    def unique(base: str) -> str:
+        candidate, suffix = base, 1
+        while candidate in used_names:
+            candidate, suffix = f"{base}_{suffix}", suffix + 1
+        used_names.add(candidate)
+        return candidate
+
+    for value_name, spec in specs.items():
+        layer_name = unique(f"input:{value_name}")
+        layers.append(Layer(layer_name, INPUT_OP, "data", (), (value_name,), (), (spec.shape,)))
+        producer[value_name] = layer_name
+
+    for index, node in enumerate(graph.node):
+        label = unique(node.name or f"{node.op_type}_{index}")
+        outputs = []
+        for output in node.output:
+            if not output:
+                continue
+            if output not in known:
+                raise InputError(f"tensor '{output}' (output of node '{label}' {node.op_type}): shape unknown"
+                                 " after ONNX shape inference", file=source)
+            specs[output] = _spec(known[output], source, f"output of node '{label}' {node.op_type}")
+            producer[output] = label
+            outputs.append(output)
+        data_inputs = [o for o in node.input if o and o not in arrays]
+        in_shapes = [specs[o].shape for o in data_inputs]
+        attrs = _attribute_values(node)
+        node_params = tuple(dict.fromkeys(refs[o] for o in node.input if o in arrays))
+        layers.append(Layer(
+            name=label,
+            op=node.op_type,
+            type=LAYER_TYPES[node.op_type],
+            operands=tuple(node.input),
+            outputs=tuple(node.output),
+            input_shapes=tuple(in_shapes),
+            output_shapes=tuple(specs[o].shape for o in outputs),
+            attributes=attrs,
+            params=node_params,
+            domain=node.domain,
+            **_table_2_1(node, attrs, in_shapes, arrays),
+        ))
+
+    graph_outputs = tuple(value.name for value in graph.output)
+    for output in graph_outputs:
+        if output not in producer:
+            raise InputError(f"graph output '{output}' is produced by no node", file=source)
+        layer_name = unique(f"output:{output}")
+        layers.append(Layer(layer_name, OUTPUT_OP, "data", (output,), (), (specs[output].shape,), ()))
+
+    edges: list[Edge] = []
+    seen: set[tuple[str, str, str]] = set()
+    for layer in layers:
+        for tensor in layer.inputs:
+            key = (producer[tensor], layer.name, tensor)
+            if key not in seen:
+                seen.add(key)
+                edges.append(Edge(key[0], key[1], tensor, specs[tensor]))
+
+    opsets = {entry.domain or "": int(entry.version) for entry in model.opset_import}
+    return CnnModel(
+        name=name,
+        source=source,
+        opset=opsets.get("", opsets.get("ai.onnx", 0)),
+        layers=tuple(layers),
+        edges=tuple(edges),
+        tensors=specs,
+        graph_inputs=tuple(v.name for v in _data_inputs(model)),
+        graph_outputs=graph_outputs,
+        opset_imports=opsets,
+        weights=weights,
+    )

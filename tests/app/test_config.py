@@ -1,0 +1,158 @@
+"""App and scenario YAML: what loads, and a one-line error with exit status 2 for each validation rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from sbrs.app import load_app, load_app_config
+from sbrs.cli import main
+
+
+def _write_model(path: Path, shape: list[int | str], channels_out: int = 4, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    weight = rng.standard_normal((channels_out, shape[1], 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["data", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["out"])],
+        "m", [helper.make_tensor_value_info("data", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], initializer=[numpy_helper.from_array(weight, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+APP = """\
+name: demo
+input: {name: input, shape: [1, 3, 8, 8], dtype: float32}
+adaptive: [I, O, par]
+initial: big
+scenarios:
+  - name: big
+    model: big.onnx
+    requirements: {accuracy: 0.7, throughput: 0.3}
+    characteristics: {accuracy: 77.8, fps: 15.4, energy_j: 0.384}
+  - file: scenarios/small.yaml
+runtime: {providers: [CPUExecutionProvider], threads: 2, granularity: auto, transition: sbrs-tp}
+memory_limit_mb: 16
+"""
+
+SMALL = """\
+name: small
+model: ../small.onnx
+requirements: {accuracy: 0.25, throughput: 0.25, memory: 0.25, energy: 0.25}
+"""
+
+
+@pytest.fixture
+def app_dir(tmp_path: Path) -> Path:
+    _write_model(tmp_path / "big.onnx", ["N", 3, 8, 8], channels_out=8)
+    _write_model(tmp_path / "small.onnx", [1, 3, 8, 8], channels_out=4, seed=1)
+    (tmp_path / "scenarios").mkdir()
+    (tmp_path / "scenarios" / "small.yaml").write_text(SMALL)
+    (tmp_path / "app.yaml").write_text(APP)
+    return tmp_path
+
+
+def test_valid_app_loads(app_dir: Path) -> None:
+    app = load_app(app_dir / "app.yaml")
+    config = app.config
+    assert config.scenario_names == ("big", "small")
+    assert config.initial == "big" and config.adaptive == ("I", "O", "par")
+    assert config.runtime.threads == 2 and config.memory_limit_mb == 16
+    assert config.scenario("big").requirements.throughput == 0.3
+    assert config.scenario("small").requirements.energy == 0.25
+    assert config.scenario("big").characteristics.fps == 15.4
+    assert config.scenario("small").defined_in.endswith("small.yaml")
+    # The symbolic batch of big.onnx is fixed by the app's input shape.
+    assert app.models["big"].tensors["out"].shape == (1, 8, 8, 8)
+    summary = app.summary()
+    assert summary["params_bytes"] == (8 + 4) * 3 * 9 * 4
+    assert summary["scenarios"]["big"]["naive_buffer_bytes"] == (3 + 8 + 8) * 64 * 4
+
+
+def test_defaults(tmp_path: Path) -> None:
+    _write_model(tmp_path / "m.onnx", [1, 3, 8, 8])
+    (tmp_path / "app.yaml").write_text("name: d\ninput: {shape: [1, 3, 8, 8]}\nscenarios: [{name: only, model: m.onnx}]\n")
+    config = load_app_config(tmp_path / "app.yaml")
+    assert config.initial == "only" and config.adaptive == ("I", "O", "par")
+    assert config.runtime.providers == ("CPUExecutionProvider",) and config.runtime.granularity == "auto"
+    assert config.scenario("only").requirements.accuracy == 1.0
+
+
+# (description, edit of the app text or a file, expected message fragment, expected line or None)
+BAD_CASES = [
+    ("unknown top-level key", lambda d: _edit(d, "memory_limit_mb: 16", "memory_limt_mb: 16"),
+     "memory_limt_mb: unknown key (allowed: adaptive, initial, input, memory_limit_mb, name, runtime, scenarios)", 12),
+    ("unknown scenario key", lambda d: _edit(d, "    model: big.onnx", "    model: big.onnx\n    modle: x"),
+     "scenarios[0].modle: unknown key", 8),
+    ("unknown key in scenario file", lambda d: _edit_file(d / "scenarios/small.yaml", "name: small", "name: small\nfoo: 1"),
+     "small.yaml:2: foo: unknown key", None),
+    ("wrong type", lambda d: _edit(d, "threads: 2", "threads: two"), "runtime.threads: Input should be a valid integer", 11),
+    ("string for a number", lambda d: _edit(d, "fps: 15.4", "fps: '15.4'"), "characteristics.fps", 9),
+    ("missing model file", lambda d: _edit(d, "model: big.onnx", "model: nope.onnx"),
+     "scenarios[0].model: no such ONNX file: nope.onnx", 7),
+    ("missing scenario file", lambda d: _edit(d, "file: scenarios/small.yaml", "file: scenarios/none.yaml"),
+     "scenarios[1].file: no such scenario file", 10),
+    ("weights not summing to 1", lambda d: _edit(d, "throughput: 0.3", "throughput: 0.2"),
+     "scenarios[0].requirements: requirement weights must sum to 1, they sum to 0.9", 8),
+    ("weight out of range", lambda d: _edit(d, "{accuracy: 0.7, throughput: 0.3}", "{accuracy: 1.3, throughput: -0.3}"),
+     "scenarios[0].requirements.accuracy: Input should be less than or equal to 1", 8),
+    ("input shape differs", lambda d: _edit(d, "shape: [1, 3, 8, 8]", "shape: [1, 3, 16, 16]"),
+     "big.onnx: scenario 'big': input 'data' has shape ['N', 3, 8, 8], the app declares [1, 3, 16, 16]", None),
+    ("duplicate scenario names", lambda d: _edit_file(d / "scenarios/small.yaml", "name: small", "name: big"),
+     "small.yaml:1: name: duplicate scenario name 'big'", None),
+    ("unknown initial", lambda d: _edit(d, "initial: big", "initial: huge"), "initial: unknown scenario 'huge'", 4),
+    ("adaptive outside {I, O, par}", lambda d: _edit(d, "adaptive: [I, O, par]", "adaptive: [I, O, weights]"),
+     "adaptive[2]: Input should be 'I', 'O' or 'par'", 3),
+    ("adaptive duplicate", lambda d: _edit(d, "adaptive: [I, O, par]", "adaptive: [I, I]"), "adaptive: duplicate", 3),
+    ("two model sources", lambda d: _edit(d, "    model: big.onnx", "    model: big.onnx\n    zoo: {name: resnet18}"),
+     "scenarios[0]: give exactly one of 'model'", 6),
+    ("no model source", lambda d: _edit(d, "    model: big.onnx\n", ""), "scenarios[0]: give exactly one of", 6),
+    ("unknown provider", lambda d: _edit(d, "[CPUExecutionProvider]", "[TPUExecutionProvider]"),
+     "runtime.providers[0]: Input should be", 11),
+    ("negative fps", lambda d: _edit(d, "fps: 15.4", "fps: -1"), "characteristics.fps: Input should be greater than 0", 9),
+    ("missing required key", lambda d: _edit(d, "name: demo\n", ""), "name: required key is missing", None),
+    ("invalid YAML", lambda d: _edit(d, "initial: big", "initial: [big"), "invalid YAML", None),
+    ("not a mapping", lambda d: (d / "app.yaml").write_text("- just\n- a list\n"), "expected a mapping", None),
+    ("scenario not a mapping", lambda d: _edit(d, "  - file: scenarios/small.yaml", "  - small"),
+     "scenarios[1]: Input should be a valid dictionary", 10),
+    ("bad scenario name", lambda d: _edit(d, "  - name: big", "  - name: 'big one'"), "scenarios[0].name: String should match", 6),
+    ("empty file", lambda d: (d / "app.yaml").write_text(""), "empty YAML document", None),
+    ("duplicate key", lambda d: _edit(d, "initial: big", "initial: big\ninitial: big"), "initial: duplicate key", 5),
+]
+
+
+def _edit(directory: Path, old: str, new: str) -> None:
+    _edit_file(directory / "app.yaml", old, new)
+
+
+def _edit_file(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new, 1))
+
+
+@pytest.mark.parametrize(("edit", "fragment", "line"), [case[1:] for case in BAD_CASES],
+                         ids=[case[0] for case in BAD_CASES])
+def test_bad_input_is_one_line_and_exit_2(app_dir: Path, capsys: pytest.CaptureFixture[str], edit, fragment: str,
+                                          line: int | None) -> None:
+    edit(app_dir)
+    status = main(["check", str(app_dir / "app.yaml")])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert err.count("\n") == 1 and err.startswith("sbrs: error: "), err
+    assert fragment in err, err
+    assert "Traceback" not in err
+    if line is not None:
+        assert f"app.yaml:{line}: " in err, err
+
+
+def test_check_prints_figures(app_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", str(app_dir / "app.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "big" in out and "small" in out and "unique parameters" in out

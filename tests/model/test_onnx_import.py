@@ -1,0 +1,202 @@
+"""ONNX import: every supported op imports, shapes match ONNX shape inference, the rebuilt graph is exact."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from sbrs.errors import InputError
+from sbrs.model import SUPPORTED_OPS, import_model, import_onnx, memory_figures, params_bytes, to_onnx
+
+RNG = np.random.default_rng(7)
+
+
+def _init(name: str, array: np.ndarray) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def _model(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto], shape: list[int | str],
+           opset: int = 17, output_shape: list[int] | None = None) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, output_shape)],
+                              initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def _w(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+X = [1, 4, 8, 8]
+# (op, nodes, initializers, input shape): each model maps input "x" to output "y".
+OP_CASES: dict[str, tuple[list[onnx.NodeProto], list[onnx.TensorProto], list[int]]] = {
+    "Conv": ([helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 0, 2, 1], strides=[2, 1], group=2,
+                               dilations=[1, 2])], [_init("w", _w(6, 2, 3, 3)), _init("b", _w(6))], X),
+    "ConvTranspose": ([helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1])],
+                      [_init("w", _w(4, 3, 4, 4))], X),
+    "BatchNormalization": ([helper.make_node("BatchNormalization", ["x", "g", "b", "m", "v"], ["y"])],
+                           [_init("g", _w(4)), _init("b", _w(4)), _init("m", _w(4)),
+                            _init("v", np.abs(_w(4)) + 0.5)], X),
+    "Relu": ([helper.make_node("Relu", ["x"], ["y"])], [], X),
+    "Clip": ([helper.make_node("Clip", ["x", "lo", "hi"], ["y"])],
+             [_init("lo", np.float32(0)), _init("hi", np.float32(6))], X),
+    "LeakyRelu": ([helper.make_node("LeakyRelu", ["x"], ["y"], alpha=0.1)], [], X),
+    "Sigmoid": ([helper.make_node("Sigmoid", ["x"], ["y"])], [], X),
+    "HardSigmoid": ([helper.make_node("HardSigmoid", ["x"], ["y"], alpha=0.2, beta=0.5)], [], X),
+    "HardSwish": ([helper.make_node("HardSwish", ["x"], ["y"])], [], X),
+    "Tanh": ([helper.make_node("Tanh", ["x"], ["y"])], [], X),
+    "Mul": ([helper.make_node("Mul", ["x", "x"], ["y"])], [], X),
+    "Add": ([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["x", "r"], ["y"])], [], X),
+    "Sub": ([helper.make_node("Sub", ["x", "c"], ["y"])], [_init("c", _w(1, 4, 1, 1))], X),
+    "Div": ([helper.make_node("Div", ["x", "c"], ["y"])], [_init("c", np.abs(_w(1, 4, 1, 1)) + 1)], X),
+    "Concat": ([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Concat", ["x", "r"], ["y"], axis=1)],
+               [], X),
+    "MaxPool": ([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])],
+                [], X),
+    "AveragePool": ([helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])], [], X),
+    "GlobalAveragePool": ([helper.make_node("GlobalAveragePool", ["x"], ["y"])], [], X),
+    "GlobalMaxPool": ([helper.make_node("GlobalMaxPool", ["x"], ["y"])], [], X),
+    "Gemm": ([helper.make_node("Flatten", ["x"], ["f"]),
+              helper.make_node("Gemm", ["f", "w", "b"], ["y"], transB=1, alpha=0.5)],
+             [_init("w", _w(10, 256)), _init("b", _w(10))], X),
+    "MatMul": ([helper.make_node("MatMul", ["x", "w"], ["y"])], [_init("w", _w(8, 5))], X),
+    "Flatten": ([helper.make_node("Flatten", ["x"], ["y"], axis=1)], [], X),
+    "Reshape": ([helper.make_node("Reshape", ["x", "s"], ["y"])], [_init("s", np.array([1, -1], np.int64))], X),
+    "Resize": ([helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="nearest")],
+               [_init("sc", np.array([1, 1, 2, 2], np.float32))], X),
+    "Softmax": ([helper.make_node("Softmax", ["x"], ["y"], axis=1)], [], X),
+    "Transpose": ([helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 3, 1])], [], X),
+    "Pad": ([helper.make_node("Pad", ["x", "p"], ["y"], mode="constant")],
+            [_init("p", np.array([0, 0, 1, 2, 0, 0, 3, 4], np.int64))], X),
+    "Identity": ([helper.make_node("Identity", ["x"], ["y"])], [], X),
+    "Dropout": ([helper.make_node("Dropout", ["x"], ["y"])], [], X),
+}
+
+
+def _run(model: onnx.ModelProto, x: np.ndarray) -> list[np.ndarray]:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x})
+
+
+def test_every_supported_op_has_a_case() -> None:
+    assert set(OP_CASES) | {"Upsample"} == set(SUPPORTED_OPS)
+
+
+@pytest.mark.parametrize("op", sorted(OP_CASES))
+def test_op_imports_and_round_trips_exactly(op: str) -> None:
+    nodes, inits, shape = OP_CASES[op]
+    source = _model(nodes, inits, shape)
+    model = import_model(source, source=f"{op}.onnx")
+    inferred = onnx.shape_inference.infer_shapes(source, strict_mode=True)
+    known = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+             for v in [*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input]}
+    for name, spec in model.tensors.items():
+        assert list(spec.shape) == known[name], name
+    x = RNG.standard_normal(shape).astype(np.float32)
+    expected = _run(source, x)
+    rebuilt = to_onnx(model)
+    onnx.checker.check_model(rebuilt, full_check=True)
+    for want, got in zip(expected, _run(rebuilt, x), strict=True):
+        np.testing.assert_array_equal(want, got)
+    assert any(layer.op == op for layer in model.layers)
+
+
+def test_upsample_at_opset_9_imports() -> None:
+    source = _model([helper.make_node("Upsample", ["x", "sc"], ["y"], mode="nearest")],
+                    [_init("sc", np.array([1, 1, 2, 2], np.float32))], X, opset=9)
+    model = import_model(source)
+    assert model.tensors["y"].shape == (1, 4, 16, 16)
+
+
+def test_table_2_1_attributes_of_a_conv() -> None:
+    model = import_model(_model(*OP_CASES["Conv"]))
+    conv = next(layer for layer in model.layers if layer.op == "Conv")
+    assert conv.type == "convolutional"
+    assert conv.kernel == (3, 3) and conv.stride == (2, 1) and conv.dilation == (1, 2) and conv.groups == 2
+    assert conv.pads == (1, 0, 2, 1)  # (top, left, bottom, right) from ONNX [1, 0, 2, 1]
+    assert conv.inputs == ("x",) and conv.operands == ("x", "w", "b")
+    assert [p.name for p in conv.params] == ["w", "b"]
+    assert conv.input_shapes == ((1, 4, 8, 8),) and conv.output_shapes == ((1, 6, 5, 5),)
+
+
+def test_same_auto_pad_is_made_explicit() -> None:
+    node = helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER", strides=[2, 2])
+    model = import_model(_model([node], [_init("w", _w(4, 4, 5, 5))], X))
+    conv = model.layer(node.name or "Conv_0")
+    assert conv.pads == (1, 1, 2, 2)
+
+
+def test_edges_data_layers_and_memory_figures() -> None:
+    nodes, inits, shape = OP_CASES["Add"]
+    model = import_model(_model(nodes, inits, shape))
+    assert [layer.op for layer in model.layers] == ["Input", "Relu", "Add", "Output"]
+    assert sorted(edge.name for edge in model.edges) == sorted([
+        "input:x->Relu_0:x", "input:x->Add_1:x", "Relu_0->Add_1:r", "Add_1->output:y:y"])
+    # Thesis M_naive: every edge its own buffer (x feeds two layers, so it counts twice).
+    assert memory_figures(model).naive_buffer_bytes == 4 * 256 * 4
+    assert memory_figures(model).params_bytes == 0
+
+
+def test_equal_parameters_count_once_by_content_not_by_name() -> None:
+    same = _w(4, 4, 1, 1)
+    nodes = [helper.make_node("Conv", ["x", "a"], ["c"]), helper.make_node("Conv", ["c", "b"], ["y"])]
+    model = import_model(_model(nodes, [_init("a", same), _init("b", same.copy())], X))
+    convs = model.compute_layers
+    assert convs[0].param_digests == convs[1].param_digests
+    assert params_bytes([model]) == same.nbytes
+    other = import_model(_model(nodes, [_init("a", same), _init("b", same * 2)], X))
+    assert params_bytes([other]) == 2 * same.nbytes
+
+
+def test_symbolic_batch_is_fixed_by_the_declared_input_shape() -> None:
+    source = _model(*OP_CASES["Relu"][:2], ["N", 4, 8, 8])
+    with pytest.raises(InputError, match="not static"):
+        import_model(source, source="dyn.onnx")
+    model = import_model(source, source="dyn.onnx", input_shapes={"x": [1, 4, 8, 8]})
+    assert model.tensors["y"].shape == (1, 4, 8, 8)
+
+
+def test_constant_nodes_become_parameters() -> None:
+    nodes = [helper.make_node("Constant", [], ["c"], value=_init("v", np.full((1, 4, 1, 1), 2, np.float32))),
+             helper.make_node("Mul", ["x", "c"], ["y"])]
+    model = import_model(_model(nodes, [], X))
+    (mul,) = model.compute_layers
+    assert mul.inputs == ("x",) and [p.name for p in mul.params] == ["c"]
+
+
+@pytest.mark.parametrize(("nodes", "inits", "message"), [
+    ([helper.make_node("Tile", ["x", "r"], ["y"], name="tiler")], [_init("r", np.array([1, 1, 1, 1], np.int64))],
+     r"bad\.onnx: node 'tiler': unsupported op 'Tile'"),
+    ([helper.make_node("Relu", ["x"], ["y"], domain="com.example", name="custom")], [],
+     r"node 'custom': unsupported op 'com\.example::Relu'"),
+    ([helper.make_node("Relu", ["ghost"], ["y"], name="r")], [], r"input 'ghost' is produced by no earlier node"),
+])
+def test_bad_models_are_refused_in_one_line(nodes: list, inits: list, message: str) -> None:
+    with pytest.raises(InputError, match=message) as caught:
+        import_model(_model(nodes, inits, X), source="bad.onnx")
+    assert "\n" not in str(caught.value)
+
+
+def test_unknown_shape_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Reshape to a shape that is a graph input: shape inference cannot know the output.
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "s"], ["y"], name="rs")], "t",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, X),
+                               helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(InputError, match=r"tensor '(y|s)'"):
+        import_model(model, source="u.onnx")
+
+
+def test_missing_and_garbage_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InputError, match="no such ONNX file"):
+        import_onnx(tmp_path / "nope.onnx")
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"\x00\xffnot a model at all" * 10)
+    with pytest.raises(InputError, match=r"garbage\.onnx: not a readable ONNX model"):
+        import_onnx(garbage)
