@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from typing import Any
 
 from sbrs import __version__
@@ -62,7 +63,7 @@ def cmd_zoo_list(args: argparse.Namespace) -> int:
 
     entries = zoo.list_models()
     if args.json:
-        _print_json({"models": [zoo.entry_to_dict(entry) for entry in entries]})
+        _print_json({"models": [asdict(entry) for entry in entries]})
         return 0
     for entry in entries:
         options = ", ".join(f"{name}={spec.default!r}" for name, spec in entry.options.items())
@@ -71,19 +72,19 @@ def cmd_zoo_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_option(text: str) -> tuple[str, Any]:
-    import yaml
+def _parse_option(model: str, text: str) -> tuple[str, Any]:
+    from sbrs import zoo
 
     if "=" not in text:
         raise InputError(f"--option '{text}': expected KEY=VALUE")
     key, _, value = text.partition("=")
-    return key.strip(), yaml.safe_load(value)
+    return key.strip(), zoo.parse_option_text(model, key.strip(), value)
 
 
 def cmd_zoo_export(args: argparse.Namespace) -> int:
     from sbrs import zoo
 
-    options: dict[str, Any] = dict(_parse_option(text) for text in args.option)
+    options: dict[str, Any] = dict(_parse_option(args.name, text) for text in args.option)
     for key in ("width", "resolution", "seed"):
         value = getattr(args, key)
         if value is not None:
@@ -130,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--resolution", type=int, default=None, help="input height and width")
     export.add_argument("--seed", type=int, default=None, help="weights seed")
     export.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                        help="any other model option, value in YAML syntax (e.g. drop_blocks=[1,2])")
+                        help="any other model option (e.g. drop_blocks=1,2 or exit_stage=2)")
     export.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -143,6 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SbrsError as exc:
         sys.stderr.write(f"sbrs: error: {exc}\n")
         return exc.exit_code
+    except BrokenPipeError:  # e.g. `sbrs zoo list | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except KeyboardInterrupt:
         sys.stderr.write("sbrs: interrupted\n")
         return 130

@@ -50,6 +50,7 @@ LAYER_TYPES: Mapping[str, str] = {
     "Upsample": "transformation",
     "Transpose": "transformation",
     "Pad": "transformation",
+    "Slice": "transformation",
     "Identity": "transformation",
     "Dropout": "transformation",
 }

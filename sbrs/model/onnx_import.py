@@ -227,6 +227,12 @@ def _table_2_1(node: onnx.NodeProto, attrs: dict[str, Any], in_shapes: list[tupl
         derived.update(kernel=kernel, stride=stride, pads=pads, dilation=dilation, groups=int(attrs.get("group", 1)))
     elif op in ("GlobalAveragePool", "GlobalMaxPool", "Gemm", "MatMul"):
         derived["kernel"] = in_hw  # Table 2.1: kh = X.h, kw = X.w for FC and global pooling
+    elif op == "Slice" and len(node.input) > 4 and node.input[3] in params and node.input[4] in params:
+        rank = len(in_shapes[0]) if in_shapes else 4
+        steps = {int(axis) % rank: int(step) for axis, step in zip(params[node.input[3]].ravel(),
+                                                                      params[node.input[4]].ravel(), strict=True)}
+        height_step = steps.get(rank - 2, 1) if rank >= 4 else 1
+        derived["stride"] = (height_step, steps.get(rank - 1, 1))
     elif op == "Pad":
         pads = attrs.get("pads")
         if pads is None and len(node.input) > 1 and node.input[1] in params:

@@ -73,6 +73,9 @@ OP_CASES: dict[str, tuple[list[onnx.NodeProto], list[onnx.TensorProto], list[int
     "Transpose": ([helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 3, 1])], [], X),
     "Pad": ([helper.make_node("Pad", ["x", "p"], ["y"], mode="constant")],
             [_init("p", np.array([0, 0, 1, 2, 0, 0, 3, 4], np.int64))], X),
+    "Slice": ([helper.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"])],
+              [_init("st", np.array([0, 1], np.int64)), _init("en", np.array([8, 8], np.int64)),
+               _init("ax", np.array([2, 3], np.int64)), _init("sp", np.array([2, 2], np.int64))], X),
     "Identity": ([helper.make_node("Identity", ["x"], ["y"])], [], X),
     "Dropout": ([helper.make_node("Dropout", ["x"], ["y"])], [], X),
 }
@@ -122,6 +125,12 @@ def test_table_2_1_attributes_of_a_conv() -> None:
     assert conv.inputs == ("x",) and conv.operands == ("x", "w", "b")
     assert [p.name for p in conv.params] == ["w", "b"]
     assert conv.input_shapes == ((1, 4, 8, 8),) and conv.output_shapes == ((1, 6, 5, 5),)
+
+
+def test_slice_steps_are_its_stride() -> None:
+    model = import_model(_model(*OP_CASES["Slice"]))
+    (layer,) = model.compute_layers
+    assert layer.stride == (2, 2) and model.tensors["y"].shape == (1, 4, 4, 4)
 
 
 def test_same_auto_pad_is_made_explicit() -> None:
