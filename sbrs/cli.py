@@ -48,6 +48,79 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from sbrs.app import load_app
+    from sbrs.moc import derive_moc, format_capture_table, moc_summary
+
+    app = load_app(args.app)
+    moc = derive_moc(app.models, app.config.adaptive)
+    if args.json:
+        _print_json(moc_summary(moc))
+    else:
+        print(format_capture_table(moc))
+    return 0
+
+
+ADAPTIVE_SETS = (("I", "O", "par"), ("I", "O"))
+
+
+def _memory_table(app: Any, plans: dict[tuple[str, ...], Any]) -> str:
+    from sbrs.plan import naive_total_bytes
+
+    naive_total = naive_total_bytes(app)
+    lines = [
+        f"memory of app '{app.name}' in MB (buffers exclude parameters; thesis Table 5.5 / Eq. 2.5-2.8)",
+        f"{'A':<12} {'params':>8} {'naive':>8} {'supergr.':>8} {'Alg. 8':>8} {'arena':>8} {'bound':>8}"
+        f" {'arena/bd':>8} {'total':>8} {'vs M_naive':>10}",
+    ]
+    for adaptive, plan in plans.items():
+        memory = plan.memory
+        total = memory.params_bytes + memory.arena_bytes
+        lines.append(
+            f"{'{' + ', '.join(adaptive) + '}':<12} {_mb(memory.params_bytes):>8} {_mb(memory.naive_bytes):>8}"
+            f" {_mb(memory.supergraph_tensor_bytes):>8} {_mb(memory.reuse_bytes):>8} {_mb(memory.arena_bytes):>8}"
+            f" {_mb(memory.lower_bound_bytes):>8} {memory.arena_bytes / max(memory.lower_bound_bytes, 1):>8.3f}"
+            f" {_mb(total):>8} {100 * (naive_total - total) / naive_total:>9.1f}%")
+    lines.append(f"M_naive (every scenario alone, nothing shared: parameters + one buffer per edge):"
+                 f" {_mb(naive_total)} MB")
+    return "\n".join(lines)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from sbrs.app import load_app
+    from sbrs.plan import build_plan, default_plan_path, save_plan
+    from sbrs.plan.plan import with_adaptive
+
+    app = load_app(args.app)
+    plan = build_plan(app)
+    plan_path = save_plan(plan, args.plan or default_plan_path(app))
+    limit_mb = args.memory_limit if args.memory_limit is not None else app.config.memory_limit_mb
+    needed = plan.memory.params_bytes + plan.memory.arena_bytes
+    report = {**plan.report(), "plan_path": str(plan_path), "tensors_in_arena": "all",
+              "memory_limit_bytes": None if limit_mb is None else int(limit_mb * 1e6)}
+    if args.json:
+        _print_json(report)
+    else:
+        plans = {tuple(app.config.adaptive): plan}
+        for adaptive in ADAPTIVE_SETS:
+            if adaptive not in plans:
+                plans[adaptive] = build_plan(with_adaptive(app, adaptive))
+        print(f"app {app.name}: {len(app.models)} scenarios, A = {{{', '.join(plan.adaptive)}}},"
+              f" {report['supergraph_layers']} supergraph layers, {report['supergraph_edges']} edges,"
+              f" {report['control_parameters']} control parameters")
+        print(_memory_table(app, plans))
+        print(f"{'scenario':<16} {'params':>8} {'naive':>8} {'arena':>8} {'bound':>8}")
+        for name, figures in plan.per_scenario.items():
+            print(f"{name:<16} {_mb(figures.params_bytes):>8} {_mb(figures.naive_bytes):>8}"
+                  f" {_mb(figures.arena_bytes):>8} {_mb(figures.lower_bound_bytes):>8}")
+        print(f"plan saved to {plan_path}")
+    if limit_mb is not None and needed > limit_mb * 1e6:
+        raise InputError(f"memory limit {limit_mb:g} MB: parameters plus the arena need {_mb(needed)} MB, the smallest"
+                         " this version reaches (buffer reduction by processing by parts is not implemented yet)",
+                         field="memory_limit_mb")
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from sbrs.app import load_app
 
@@ -113,6 +186,18 @@ def build_parser() -> argparse.ArgumentParser:
     check = add("check", cmd_check, "validate an app and print each scenario's CNN figures")
     check.add_argument("app", metavar="APP.yaml")
     check.add_argument("--json", action="store_true", help="print one JSON object")
+
+    inspect = add("inspect", cmd_inspect, "the SBRS MoC: capture table (thesis Table 5.1), control parameters, steps")
+    inspect.add_argument("app", metavar="APP.yaml")
+    inspect.add_argument("--json", action="store_true", help="print one JSON object")
+
+    build = add("build", cmd_build, "derive the MoC and plan one arena for every scenario; print memory figures")
+    build.add_argument("app", metavar="APP.yaml")
+    build.add_argument("--json", action="store_true", help="print one JSON object")
+    build.add_argument("--plan", metavar="FILE", default=None,
+                       help="where to save the plan (default: APP.plan.json beside the app file)")
+    build.add_argument("--memory-limit", type=float, default=None, metavar="MB",
+                       help="M^c: fail (exit 2) when parameters plus buffers exceed it (default: app memory_limit_mb)")
 
     run = add("run", cmd_run, "run the app (the main job)")
     run.add_argument("app", metavar="APP.yaml")

@@ -6,15 +6,6 @@ import dataclasses
 import itertools
 
 import pytest
-from memory_cases import (
-    chain,
-    diamond,
-    five_cycle,
-    mobilenet_v2,
-    residual,
-    thesis_app,
-    two_scenarios_shared_stem,
-)
 
 from sbrs.memory import (
     ArenaPlan,
@@ -38,6 +29,15 @@ from sbrs.memory import (
     plan_arena,
     reuse_layout,
     summarize,
+)
+from tests.memory.memory_cases import (
+    chain,
+    diamond,
+    five_cycle,
+    mobilenet_v2,
+    residual,
+    thesis_app,
+    two_scenarios_shared_stem,
 )
 
 KNOWN = {

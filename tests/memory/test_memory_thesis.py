@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from memory_cases import TABLE_6_1, thesis_app, thesis_app_explicit
-
 from sbrs.memory import (
     buffers_reuse,
     check_plan,
@@ -14,6 +12,7 @@ from sbrs.memory import (
     plan_arena,
     summarize,
 )
+from tests.memory.memory_cases import TABLE_6_1, thesis_app, thesis_app_explicit
 
 # Table 6.2: shared buffers B_1..B_4 produced by Algorithm 8 (members, size in tokens); total 24586.
 TABLE_6_2 = (

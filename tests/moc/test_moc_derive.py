@@ -6,11 +6,11 @@ import json
 
 import onnx
 import pytest
-from cnn_helpers import GraphBuilder, program_model, program_onnx
 
 from sbrs.errors import InputError
 from sbrs.moc import Moc, assert_round_trip, derive_moc
 from sbrs.model import CnnModel, import_model
+from tests.moc.cnn_helpers import GraphBuilder, program_model, program_onnx
 
 ALL = ("I", "O", "par")
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import itertools
 import json
 
-from cnn_helpers import program_model, scenario_programs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sbrs.moc import Moc, derive_moc, moc_summary, round_trip_differences
 from sbrs.moc.derive import param_operands
 from sbrs.model import CnnModel
+from tests.moc.cnn_helpers import program_model, scenario_programs
 
 ADAPTIVE_SETS = st.sets(st.sampled_from(["I", "O", "par"])).map(sorted)
 

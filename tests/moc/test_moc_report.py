@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from cnn_helpers import GraphBuilder, program_model
-
 from sbrs.moc import (
     Moc,
     Step,
@@ -20,6 +18,7 @@ from sbrs.moc import (
 )
 from sbrs.moc.report import MAX_COLUMNS
 from sbrs.model import CnnModel, import_model
+from tests.moc.cnn_helpers import GraphBuilder, program_model
 
 
 def two_scenarios() -> dict[str, CnnModel]:

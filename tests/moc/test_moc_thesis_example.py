@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from cnn_helpers import GraphBuilder
 
 from sbrs.moc import assert_round_trip, capture_table, derive_moc, format_capture_table, moc_summary
 from sbrs.model import CnnModel, import_model
+from tests.moc.cnn_helpers import GraphBuilder
 
 
 def cnn1() -> CnnModel:

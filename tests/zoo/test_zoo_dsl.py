@@ -8,11 +8,11 @@ import numpy as np
 import onnx
 import pytest
 import yaml
-from zoo_helpers import check_graph_names, initializers, run_ort
 
 from sbrs.errors import InputError
 from sbrs.zoo import trainable_parameter_count
 from sbrs.zoo.dsl import compile_layers
+from tests.zoo.zoo_helpers import check_graph_names, initializers, run_ort
 
 SMALL_NET = yaml.safe_load("""
 - {op: conv, out: 16, kernel: 3, stride: 1, pad: 1, bn: true, act: relu}

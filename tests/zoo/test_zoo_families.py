@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from zoo_helpers import check_graph_names, initializers, run_ort
 
 from sbrs import zoo
 from sbrs.errors import InputError
+from tests.zoo.zoo_helpers import check_graph_names, initializers, run_ort
 
 # (model, base options, variant options); resolutions are small to keep ONNX Runtime fast.
 FAMILIES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [

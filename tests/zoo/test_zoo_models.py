@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from zoo_helpers import check_graph_names, initializers, run_ort
 
 from sbrs import zoo
 from sbrs.zoo.builder import IR_VERSION, OPSET
+from tests.zoo.zoo_helpers import check_graph_names, initializers, run_ort
 
 # torchvision ``sum(p.numel() for p in model.parameters())`` (Keras trainable count for MobileNetV1).
 PUBLISHED = {
