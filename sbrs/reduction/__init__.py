@@ -1,0 +1,122 @@
+"""Buffer reduction by processing data by parts: the design-time half (thesis Chapter 4 and Section 6.5.2).
+
+Pipeline (each stage a frozen, JSON-ready value):
+
+- :mod:`~sbrs.reduction.rows`: which input rows a band of output rows needs (tokens = rows);
+- :mod:`~sbrs.reduction.phases`: Algorithm 3 (phases), generalised to band heights, and the per-phase row
+  plan an executor follows (:class:`LayerPhases`);
+- :mod:`~sbrs.reduction.csdf`: Algorithm 4, the CNN-to-CSDF conversion (:func:`cnn_to_csdf`);
+- :mod:`~sbrs.reduction.schedule`: buffer sizes and a schedule by simulation instead of SDF3
+  (:func:`schedule_csdf`), the reduced memory problem for the arena planner (:func:`reduced_problem`) and a
+  replay checker (:func:`check_schedule`);
+- :mod:`~sbrs.reduction.regions`: where bands can flow (:func:`reducible_regions`);
+- :mod:`~sbrs.reduction.cost`: the throughput estimate (:class:`CostModel`);
+- :mod:`~sbrs.reduction.ga`: Algorithm 10 (:func:`plan_reduction`) and Algorithm 9 (:func:`reduce_buffers`).
+
+What an executor does with a :class:`ReductionPlan` (design time ends here; nothing below is implemented):
+
+1. allocate one ring per tensor of ``plan.schedules[s].buffers`` (``rows`` slots of ``row_bytes``), at the
+   arena offset ``plan.arena.offset_of(f"{s}/{tensor}")``; row ``r`` lives in slot ``r mod rows``;
+2. walk ``schedule.firings`` in order; for firing ``(layer, k)`` take ``graph.layer(layer)``: it writes
+   output rows ``out_rows[k-1]``; for each input it reads rows ``inputs[i].rows[k-1]`` and pads them with
+   ``inputs[i].pads[k-1]`` rows above/below: the band's top/bottom ``pads`` attribute, replacing the layer's
+   own (left/right unchanged; the op's padding semantics stay, zeros for Conv, ignored for MaxPool), so a
+   layer needs up to three pad variants (first, middle, last band); a one-phase layer runs whole;
+3. a band's rows can wrap around the end of a ring: copy them into a contiguous scratch band, or give the
+   ring ``window - 1`` spare rows and move the kept rows (``inputs[i].kept``) to its start when it wraps;
+4. run each region of :func:`reducible_regions` as ORT sessions of dynamic height (DESIGN.md: bands are
+   bit-identical), then measure ``layer_seconds`` per band height into a :class:`MeasuredCostModel`.
+"""
+
+from sbrs.reduction.cost import (
+    AnalyticCostModel,
+    CostModel,
+    MeasuredCostModel,
+    layer_key,
+    layer_work,
+    model_fps,
+    model_seconds,
+)
+from sbrs.reduction.csdf import Actor, Channel, CsdfGraph, cnn_to_csdf
+from sbrs.reduction.examples import TABLE_4_1, TABLE_4_1_BANDS, figure_4_1_model
+from sbrs.reduction.ga import (
+    GaParams,
+    Gene,
+    Point,
+    ReductionPlan,
+    ReductionResult,
+    plan_reduction,
+    reduce_buffers,
+    reduction_genes,
+)
+from sbrs.reduction.phases import (
+    InputPhases,
+    LayerPhases,
+    bands_from_phases,
+    derive_phases,
+    full_bands,
+    layer_phases,
+    maximal_bands,
+    normalize_bands,
+    phases_of,
+)
+from sbrs.reduction.regions import Region, reducible_regions
+from sbrs.reduction.rows import RowMap, is_row_local, layer_height, layer_row_maps, row_bytes, tensor_rows
+from sbrs.reduction.schedule import (
+    RULE,
+    BufferSize,
+    ChannelSize,
+    Schedule,
+    check_schedule,
+    reduced_problem,
+    schedule_csdf,
+)
+
+__all__ = [
+    "RULE",
+    "TABLE_4_1",
+    "TABLE_4_1_BANDS",
+    "Actor",
+    "AnalyticCostModel",
+    "BufferSize",
+    "Channel",
+    "ChannelSize",
+    "CostModel",
+    "CsdfGraph",
+    "GaParams",
+    "Gene",
+    "InputPhases",
+    "LayerPhases",
+    "MeasuredCostModel",
+    "Point",
+    "ReductionPlan",
+    "ReductionResult",
+    "Region",
+    "RowMap",
+    "Schedule",
+    "bands_from_phases",
+    "check_schedule",
+    "cnn_to_csdf",
+    "derive_phases",
+    "figure_4_1_model",
+    "full_bands",
+    "is_row_local",
+    "layer_height",
+    "layer_key",
+    "layer_phases",
+    "layer_row_maps",
+    "layer_work",
+    "maximal_bands",
+    "model_fps",
+    "model_seconds",
+    "normalize_bands",
+    "phases_of",
+    "plan_reduction",
+    "reduce_buffers",
+    "reduced_problem",
+    "reducible_regions",
+    "reduction_genes",
+    "row_bytes",
+    "schedule_csdf",
+    "tensor_rows",
+]

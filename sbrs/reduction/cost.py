@@ -1,0 +1,179 @@
+"""Throughput estimate of a band configuration (thesis Algorithm 9, lines 23-26, ``EvalThroughput``).
+
+The thesis measures the throughput of each candidate on the platform (or asks a third-party tool). Here a
+:class:`CostModel` answers ``layer_seconds(layer, band_rows)``: the seconds one frame of ``layer`` takes when
+it runs in bands of ``band_rows`` output rows; a scenario's fps is ``1 / Σ layer_seconds``.
+
+- :class:`AnalyticCostModel` (default): ``calls * seconds_per_call + work * seconds_per_mac * factor(band)``
+  with ``calls = ceil(H / band)``, ``work`` the layer's multiply-accumulates (element count for element-wise
+  layers) and ``factor`` the measured slowdown of banded execution (DESIGN.md: a depthwise conv in 1-row
+  bands costs 14x the whole layer, 8-row 3.3x, 16-row 2.4x). ``factor(b, H) = 1 + A (b^-γ - H^-γ) /
+  (1 - H^-γ)`` is 1 at ``b = H`` and ``1 + A`` at ``b = 1``; ``A = 13``, ``γ = 0.75`` gives 3.4x and 2.3x
+  at 8 and 16 rows of a 112-row layer.
+- :class:`MeasuredCostModel`: a table of measured seconds per layer and band height, keyed by the layer's
+  configuration (op, shapes, Table 2.1 attributes; not its name, so equal layers of different scenarios
+  share a measurement), with the analytic model as fallback. The executor measures once per machine and
+  saves the table with :meth:`MeasuredCostModel.save`; :meth:`MeasuredCostModel.load` reads it back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from sbrs.cache import write_atomic
+from sbrs.errors import InputError
+from sbrs.model.cnn import CnnModel, Layer
+from sbrs.reduction.rows import layer_height
+
+__all__ = [
+    "AnalyticCostModel",
+    "CostModel",
+    "MeasuredCostModel",
+    "layer_key",
+    "layer_work",
+    "model_fps",
+    "model_seconds",
+]
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """Seconds per frame of one layer run in bands of ``band_rows`` output rows (``band_rows >= H``: whole)."""
+
+    def layer_seconds(self, layer: Layer, band_rows: int) -> float:
+        """Seconds one frame of ``layer`` takes in bands of ``band_rows`` rows."""
+        ...
+
+
+def layer_work(layer: Layer) -> int:
+    """Multiply-accumulates of one frame of ``layer`` (element count for element-wise and data-moving layers)."""
+    if layer.type == "data" or not layer.output_shapes:
+        return 0
+    out = int(np.prod(layer.output_shapes[0], dtype=np.int64))
+    if layer.op in ("Conv", "ConvTranspose") and layer.input_shapes:
+        cin = int(layer.input_shapes[0][1]) if len(layer.input_shapes[0]) > 1 else 1
+        return out * max(cin // max(layer.groups, 1), 1) * layer.kernel[0] * layer.kernel[1]
+    if layer.op in ("MaxPool", "AveragePool"):
+        return out * layer.kernel[0] * layer.kernel[1]
+    if layer.op in ("Gemm", "MatMul") and layer.input_shapes:
+        return out * int(layer.input_shapes[0][-1])
+    if layer.op in ("GlobalAveragePool", "GlobalMaxPool") and layer.input_shapes:
+        return int(np.prod(layer.input_shapes[0], dtype=np.int64))
+    return out
+
+
+@dataclass(frozen=True)
+class AnalyticCostModel:
+    """Work times a band-efficiency factor, plus a fixed cost per call (see the module docstring).
+
+    Defaults: ``seconds_per_mac`` from MobileNetV2 (about 0.3 GMAC in 4.5 ms on 2 cores, DESIGN.md);
+    ``seconds_per_call`` the 2.5 µs of ``run_with_iobinding``; ``band_overhead`` and ``band_exponent``
+    fitted to DESIGN.md's 14x / 3.3x / 2.4x for 1-, 8- and 16-row bands of a depthwise conv.
+    """
+
+    seconds_per_mac: float = 1.5e-11
+    seconds_per_call: float = 2.5e-6
+    band_overhead: float = 13.0
+    band_exponent: float = 0.75
+
+    def band_factor(self, band_rows: int, height: int) -> float:
+        """Slowdown of ``band_rows``-row bands relative to the whole layer of ``height`` rows (1 when whole)."""
+        if height <= 1 or band_rows >= height:
+            return 1.0
+        tail = height ** -self.band_exponent
+        return 1.0 + self.band_overhead * (band_rows ** -self.band_exponent - tail) / (1.0 - tail)
+
+    def layer_seconds(self, layer: Layer, band_rows: int) -> float:
+        """``calls * seconds_per_call + work * seconds_per_mac * band_factor`` (0 for data layers)."""
+        if layer.type == "data":
+            return 0.0
+        height = layer_height(layer)
+        band = max(1, min(band_rows, height))
+        calls = math.ceil(height / band)
+        return calls * self.seconds_per_call + layer_work(layer) * self.seconds_per_mac * self.band_factor(band, height)
+
+
+def layer_key(layer: Layer) -> str:
+    """Configuration key of a layer for measured costs: op, shapes and Table 2.1 attributes (not the name)."""
+    text = json.dumps([layer.op, layer.input_shapes, layer.output_shapes, layer.kernel, layer.stride, layer.pads,
+                       layer.dilation, layer.groups, sorted((k, str(v)) for k, v in layer.attributes.items())],
+                      default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class MeasuredCostModel:
+    """Measured seconds per (layer configuration, band rows), falling back to ``fallback`` where unmeasured.
+
+    ``entries`` holds ``(layer_key, band_rows, seconds)`` with ``band_rows`` clipped to the layer height
+    (so the whole layer is stored under its height). ``device`` names the machine the numbers belong to.
+    """
+
+    entries: tuple[tuple[str, int, float], ...] = ()
+    fallback: AnalyticCostModel = field(default_factory=AnalyticCostModel)
+    device: str = ""
+
+    def __post_init__(self) -> None:
+        entries = tuple(sorted((str(k), int(b), float(s)) for k, b, s in self.entries))
+        object.__setattr__(self, "entries", entries)
+        # derived lookup table, not a dataclass field (so not in eq, repr or to_dict)
+        object.__setattr__(self, "_lookup", {(key, band): seconds for key, band, seconds in entries})
+
+    def _table(self) -> dict[tuple[str, int], float]:
+        return dict(self._lookup)  # type: ignore[attr-defined]
+
+    def layer_seconds(self, layer: Layer, band_rows: int) -> float:
+        """The measured figure if there is one, else the fallback's estimate."""
+        band = max(1, min(band_rows, layer_height(layer)))
+        found = self._lookup.get((layer_key(layer), band))  # type: ignore[attr-defined]
+        return found if found is not None else self.fallback.layer_seconds(layer, band)
+
+    def with_measurements(self, measured: Iterable[tuple[Layer, int, float]]) -> MeasuredCostModel:
+        """A new model with ``(layer, band_rows, seconds)`` measurements added (later ones replace earlier)."""
+        table = self._table()
+        for layer, band_rows, seconds in measured:
+            table[(layer_key(layer), max(1, min(band_rows, layer_height(layer))))] = float(seconds)
+        return MeasuredCostModel(tuple((k, b, s) for (k, b), s in table.items()), self.fallback, self.device)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dictionary."""
+        return {"format": 1, "device": self.device, "fallback": self.fallback.__dict__.copy(),
+                "entries": [list(e) for e in self.entries]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MeasuredCostModel:
+        """Inverse of :meth:`to_dict`."""
+        fallback = AnalyticCostModel(**data.get("fallback", {}))
+        return cls(tuple((str(k), int(b), float(s)) for k, b, s in data.get("entries", ())), fallback,
+                   str(data.get("device", "")))
+
+    def save(self, path: str | Path) -> Path:
+        """Write the table as JSON (atomically)."""
+        return write_atomic(Path(path), json.dumps(self.to_dict(), sort_keys=True, indent=1).encode())
+
+    @classmethod
+    def load(cls, path: str | Path) -> MeasuredCostModel:
+        """Read a table written by :meth:`save`; a missing or malformed file is an ``InputError``."""
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()))
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise InputError(f"not a readable cost table ({type(exc).__name__}: {exc})", file=str(path)) from None
+
+
+def model_seconds(model: CnnModel, bands: Mapping[str, int], cost: CostModel) -> float:
+    """Seconds per frame of ``model`` with ``bands`` (missing layers: whole), the sum over its layers."""
+    return sum(cost.layer_seconds(layer, bands.get(layer.name, layer_height(layer))) for layer in model.layers)
+
+
+def model_fps(model: CnnModel, bands: Mapping[str, int], cost: CostModel) -> float:
+    """Frames per second of ``model`` with ``bands`` under ``cost``."""
+    seconds = model_seconds(model, bands, cost)
+    return 1.0 / seconds if seconds > 0 else math.inf

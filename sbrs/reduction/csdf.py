@@ -1,0 +1,165 @@
+"""CNN-to-CSDF conversion (thesis Algorithm 4) with tokens = rows.
+
+Every layer ``l_i`` becomes an actor ``a_i`` with ``P_i = Φ_i`` phases (Algorithm 4, lines 2-10); every edge
+``e_ij`` becomes a FIFO channel ``c_ij`` (lines 14-16); a layer whose phases overlap on an input gets a
+self-loop ``c_ii`` that carries the overlapping rows from one firing to the next (lines 11-13). The thesis
+creates the self-loop when ``s_i < Θ_i.h``; here it is created per input tensor whenever some phase keeps
+rows for the next one, which covers that case, a band taller than one row, and a one-row input broadcast to
+every phase (the SE gate of ``Mul(x, s)``).
+
+Production/consumption sequences (lines 17-36) are counted in rows; multiply by :attr:`Channel.row_elements`
+for the thesis' element counts (``V_23 = [384, 192, 192, 256]`` of Section 4.5.2 is ``[6, 3, 3, 4]`` rows of
+``16 x 4`` elements). What the thesis leaves implicit is explicit here, per phase, in
+:class:`~sbrs.reduction.phases.LayerPhases`:
+
+- padding at the first and last phase (lines 27-28, 32, 36): zero rows (positive pads) are not taken from
+  the channel; cropped rows (negative pads) are taken and dropped, so ``v(1)`` includes the top crop and the
+  last phase takes every remaining row (bottom crop, or rows that a stride skips at the end);
+- strides and pooling: a band of ``b`` output rows reads ``(b - 1) * s + (kh - 1) * d + 1`` input rows;
+- multi-input layers (Add, Sub, Mul, Div, Concat): each input gets its own channel, read at the same rows;
+- residual skip edges: the skip tensor's channel keeps every row until the join consumes it, so its buffer
+  is the lag between the fork and the join, found by the schedule (:mod:`sbrs.reduction.schedule`);
+- layers that need their whole input: one phase that consumes every row (``v(1) = X_j.h``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sbrs.model.cnn import CnnModel
+from sbrs.reduction.phases import LayerPhases, layer_phases, normalize_bands
+from sbrs.reduction.rows import row_bytes, row_elements, tensor_rows
+
+__all__ = ["Actor", "Channel", "CsdfGraph", "cnn_to_csdf"]
+
+
+@dataclass(frozen=True)
+class Actor:
+    """CSDF actor ``a_i`` of layer ``l_i``: ``phases`` firings per frame, each one band of ``band_rows`` rows."""
+
+    name: str
+    op: str
+    phases: int
+    band_rows: int
+    height: int
+
+
+@dataclass(frozen=True)
+class Channel:
+    """FIFO channel ``c_ij`` carrying rows of ``tensor`` from actor ``src`` to actor ``dst``.
+
+    ``production[p]`` (``U_ij``) and ``consumption[p]`` (``V_ij``) are rows per phase of the source and the
+    sink. A self-loop (``src == dst``, ``self_loop``) holds the rows that ``dst`` keeps between firings for
+    its input ``tensor``. ``rows`` is the tensor height (tokens per frame of a FIFO channel).
+    """
+
+    id: str
+    src: str
+    dst: str
+    tensor: str
+    self_loop: bool
+    production: tuple[int, ...]
+    consumption: tuple[int, ...]
+    rows: int
+    row_elements: int
+    row_bytes: int
+
+    @property
+    def production_elements(self) -> tuple[int, ...]:
+        """``U_ij`` in elements, as the thesis writes it (Algorithm 4, lines 22, 26)."""
+        return tuple(r * self.row_elements for r in self.production)
+
+    @property
+    def consumption_elements(self) -> tuple[int, ...]:
+        """``V_ij`` in elements, as the thesis writes it (Algorithm 4, lines 23, 27-36)."""
+        return tuple(r * self.row_elements for r in self.consumption)
+
+    @property
+    def consistent(self) -> bool:
+        """Tokens produced per frame equal tokens consumed per frame (the CSDF balance of one iteration)."""
+        return sum(self.production) == sum(self.consumption)
+
+
+@dataclass(frozen=True)
+class CsdfGraph:
+    """``G(A, C)`` of Algorithm 4 plus the per-phase row plan of every layer (for an executor)."""
+
+    name: str
+    actors: tuple[Actor, ...]
+    channels: tuple[Channel, ...]
+    layers: tuple[LayerPhases, ...]
+
+    def actor(self, name: str) -> Actor:
+        """The actor called ``name``."""
+        for actor in self.actors:
+            if actor.name == name:
+                return actor
+        raise KeyError(name)
+
+    def channel(self, src: str, dst: str, tensor: str | None = None) -> Channel:
+        """The channel from ``src`` to ``dst`` (``src == dst``: the self-loop), optionally of ``tensor``."""
+        for channel in self.channels:
+            if channel.src == src and channel.dst == dst and tensor in (None, channel.tensor):
+                return channel
+        raise KeyError(f"{src}->{dst}")
+
+    def layer(self, name: str) -> LayerPhases:
+        """The row plan of layer ``name``."""
+        for plan in self.layers:
+            if plan.layer == name:
+                return plan
+        raise KeyError(name)
+
+    @property
+    def phases(self) -> dict[str, int]:
+        """``Φ``: phases of every actor."""
+        return {a.name: a.phases for a in self.actors}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dictionary."""
+        return {
+            "name": self.name,
+            "actors": [asdict(a) for a in self.actors],
+            "channels": [asdict(c) for c in self.channels],
+            "layers": [plan.to_dict() for plan in self.layers],
+        }
+
+    def to_json(self) -> str:
+        """JSON text of :meth:`to_dict`."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def cnn_to_csdf(model: CnnModel, bands: Mapping[str, int] | None = None, *, name: str | None = None) -> CsdfGraph:
+    """Thesis Algorithm 4: the CSDF graph of ``model`` processing ``bands[layer]`` output rows per phase.
+
+    ``bands`` maps layer names to band heights (missing: the whole height; see
+    :func:`~sbrs.reduction.phases.normalize_bands`). Actors come in the model's topological order.
+    """
+    bands = normalize_bands(model, bands or {})
+    plans = {layer.name: layer_phases(model, layer, bands[layer.name]) for layer in model.layers}
+    actors = tuple(Actor(layer.name, layer.op, plans[layer.name].phases, bands[layer.name],
+                         plans[layer.name].height) for layer in model.layers)  # lines 2-10
+    producer = {tensor: layer.name for layer in model.layers for tensor in layer.outputs if tensor}
+    channels: list[Channel] = []
+    for layer in model.layers:  # lines 11-13: self-loops, one per input tensor whose phases overlap
+        plan = plans[layer.name]
+        for item in plan.inputs:
+            if any(item.kept):
+                spec = model.tensors[item.tensor]
+                channels.append(Channel(f"{layer.name}->{layer.name}:{item.tensor}", layer.name, layer.name,
+                                        item.tensor, True, item.kept, item.reuse, tensor_rows(spec.shape),
+                                        row_elements(spec.shape), row_bytes(spec)))
+    for edge in model.edges:  # lines 14-16 and 24-36
+        src_plan, dst_plan = plans[edge.src], plans[edge.dst]
+        if producer.get(edge.tensor) != edge.src:
+            continue
+        spec = model.tensors[edge.tensor]
+        rows = tensor_rows(spec.shape)
+        production = src_plan.produced if src_plan.phases > 1 else (rows,)
+        channels.append(Channel(edge.name, edge.src, edge.dst, edge.tensor, False, production,
+                                dst_plan.input(edge.tensor).consumed, rows,
+                                row_elements(spec.shape), row_bytes(spec)))
+    return CsdfGraph(name or model.name, actors, tuple(channels), tuple(plans[layer.name] for layer in model.layers))

@@ -1,0 +1,486 @@
+"""Buffers reduction: thesis Algorithm 9 (multi-objective GA) over Algorithm 10 (derivation with phases).
+
+Algorithm 10 (:func:`plan_reduction`): for every scenario, the band heights give the phases (Equation 6.1,
+generalised from a 0/1 gene to a band height), Algorithm 4 gives the CSDF graph (line 4), the simulation of
+:mod:`sbrs.reduction.schedule` gives minimum buffers and a schedule in place of SDF3 (line 5), and the
+reduced buffers of all scenarios, one timeline each, are planned into one arena (lines 8-9; the arena
+planner of :mod:`sbrs.memory` includes Algorithm 8's layout as a candidate and is never larger).
+
+Algorithm 9 (:func:`reduce_buffers`):
+
+- lines 1-5: if the application without processing by parts (whole tensors, arena reuse) fits the memory
+  limit ``M^c``, return it at once with every ``Φ_i = 1`` (``early_exit``);
+- lines 6-8: an NSGA-II search (``deap.tools.selNSGA2`` for survival) over chromosomes with one gene per
+  row-local layer taller than one row of every scenario; a gene picks the layer's band height from
+  ``GaParams.candidates`` (0 = whole height; values clipped to the height, duplicates dropped). Objectives:
+  minimise memory (Eq. 2.5: unique parameters + the reduced arena) and maximise every scenario's fps under a
+  :class:`~sbrs.reduction.cost.CostModel`. Variation is the thesis' (Section 2.6): two-parent one-point
+  crossover and single-gene mutation; parents by binary tournament on (front rank, crowding distance);
+- lines 9-16: from the Pareto front of every configuration evaluated, the set ``S`` meeting ``M^c`` and all
+  ``T^c_n``; the chosen one is the member of ``S`` with minimal memory (line 14), else the front member with
+  minimal memory (line 16), and the result lists which constraints it fails (``violations``).
+
+Reproducibility: every random choice comes from one ``random.Random(seed)`` owned by the call (deap's own
+variation operators draw from the global ``random`` module, so they are not used); deap's non-dominated
+sorting and crowding distance are deterministic. The initial population holds the whole-height and the
+1-row configurations, one "threshold" configuration per distinct layer height ``h`` (1-row bands in every
+layer at least ``h`` rows high, whole below: reduce the big early layers, run the small late ones whole),
+then random chromosomes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from deap import base, tools
+
+from sbrs.errors import InputError
+from sbrs.memory import ArenaPlan, Problem, plan_arena
+from sbrs.model.cnn import INPUT_OP, CnnModel, params_bytes
+from sbrs.reduction.cost import AnalyticCostModel, CostModel, model_fps
+from sbrs.reduction.csdf import CsdfGraph, cnn_to_csdf
+from sbrs.reduction.phases import full_bands, normalize_bands, phases_of
+from sbrs.reduction.rows import is_row_local, layer_height
+from sbrs.reduction.schedule import Schedule, reduced_problem, schedule_csdf
+
+__all__ = [
+    "GaParams",
+    "Gene",
+    "Point",
+    "ReductionPlan",
+    "ReductionResult",
+    "plan_reduction",
+    "reduce_buffers",
+    "reduction_genes",
+]
+
+Scenarios = Mapping[str, CnnModel] | Sequence[CnnModel]
+Progress = Callable[[int, int], None]
+
+
+def _scenarios(scenarios: Scenarios) -> dict[str, CnnModel]:
+    if isinstance(scenarios, Mapping):
+        result = dict(scenarios)
+    else:
+        result = {}
+        for model in scenarios:
+            if model.name in result:
+                raise InputError(f"two scenarios are called '{model.name}'; pass a mapping name -> model",
+                                 field="scenarios")
+            result[model.name] = model
+    if not result:
+        raise InputError("no scenario to reduce", field="scenarios")
+    return result
+
+
+# -- Algorithm 10 ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReductionPlan:
+    """Algorithm 10's output for one band configuration: per scenario the CSDF graph and schedule, the
+    reduced memory problem (one timeline per scenario) and its arena, and the figures."""
+
+    bands: dict[str, dict[str, int]]
+    graphs: dict[str, CsdfGraph]
+    schedules: dict[str, Schedule]
+    problem: Problem
+    arena: ArenaPlan
+    params_bytes: int
+    fps: dict[str, float]
+
+    @property
+    def memory_bytes(self) -> int:
+        """Thesis Eq. 2.5: parameters plus the reduced buffers as planned in the arena."""
+        return self.params_bytes + self.arena.arena_bytes
+
+    @property
+    def phases(self) -> dict[str, dict[str, int]]:
+        """``Φ`` of every layer of every scenario."""
+        return {s: graph.phases for s, graph in self.graphs.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary: phases, bands, buffers, firings and offsets (the CSDF graphs via ``graphs``)."""
+        return {
+            "memory_bytes": self.memory_bytes,
+            "params_bytes": self.params_bytes,
+            "arena_bytes": self.arena.arena_bytes,
+            "fps": dict(self.fps),
+            "phases": self.phases,
+            "band_rows": {s: dict(b) for s, b in self.bands.items()},
+            "schedules": {s: sched.to_dict() for s, sched in self.schedules.items()},
+            "arena": self.arena.to_dict(),
+        }
+
+    def to_json(self) -> str:
+        """JSON text of :meth:`to_dict`."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def plan_reduction(scenarios: Scenarios, band_rows: Mapping[str, Mapping[str, int]] | None = None, *,
+                   cost: CostModel | None = None, alignment: int = 64) -> ReductionPlan:
+    """Thesis Algorithm 10 for explicit band heights ``band_rows[scenario][layer]`` (missing: whole height).
+
+    Lines 2-7: phases, CSDF graph and minimum buffers with a schedule per scenario; lines 8-10: the reduced
+    buffers of every scenario in one arena (``plan_arena`` over :func:`reduced_problem`).
+    """
+    models = _scenarios(scenarios)
+    band_rows = band_rows or {}
+    unknown = sorted(set(band_rows) - set(models))
+    if unknown:
+        raise InputError(f"unknown scenario(s) {', '.join(unknown)}", field="band_rows")
+    cost = cost or AnalyticCostModel()
+    bands = {s: normalize_bands(m, band_rows.get(s, {})) for s, m in models.items()}
+    graphs = {s: cnn_to_csdf(m, bands[s], name=s) for s, m in models.items()}
+    schedules = {s: schedule_csdf(g) for s, g in graphs.items()}
+    problem = reduced_problem(schedules.values(), alignment=alignment)
+    fps = {s: model_fps(m, bands[s], cost) for s, m in models.items()}
+    return ReductionPlan(bands, graphs, schedules, problem, plan_arena(problem), params_bytes(models.values()), fps)
+
+
+# -- Algorithm 9 --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GaParams:
+    """GA parameters (thesis ``GA_par``). ``candidates``: band heights a gene may take, 0 = whole height.
+
+    ``mutation`` is the probability that an offspring gets one single-gene mutation; ``crossover`` that a
+    pair of parents is recombined. ``threshold_seeds`` adds the per-height threshold chromosomes to the
+    initial population (see the module docstring).
+    """
+
+    population: int = 24
+    generations: int = 16
+    crossover: float = 0.9
+    mutation: float = 0.5
+    candidates: tuple[int, ...] = (0, 32, 16, 8, 4, 2, 1)
+    seed: int = 0
+    threshold_seeds: bool = True
+
+
+@dataclass(frozen=True)
+class Gene:
+    """One gene: the band height of ``layer`` in ``scenario``, one of ``choices`` (``choices[0]`` = whole)."""
+
+    scenario: str
+    layer: str
+    height: int
+    choices: tuple[int, ...]
+
+
+def reduction_genes(models: Mapping[str, CnnModel], candidates: Sequence[int] = GaParams.candidates, *,
+                    stream_input: bool = False) -> tuple[Gene, ...]:
+    """Algorithm 9, line 6, generalised: one gene per row-local layer taller than one row of every scenario."""
+    genes: list[Gene] = []
+    for scenario, model in models.items():
+        for layer in model.layers:
+            if layer.op == INPUT_OP and not stream_input:
+                continue
+            if not is_row_local(model, layer):
+                continue
+            height = layer_height(layer)
+            choices = tuple(dict.fromkeys([height, *(height if c <= 0 else min(int(c), height) for c in candidates)]))
+            if len(choices) > 1:
+                genes.append(Gene(scenario, layer.name, height, choices))
+    return tuple(genes)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One evaluated configuration: memory (Eq. 2.5), fps per scenario, and the layers processed by parts
+    (``band_rows[scenario][layer]`` for every layer whose band is below its height)."""
+
+    memory_bytes: int
+    params_bytes: int
+    arena_bytes: int
+    fps: dict[str, float]
+    band_rows: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def meets(self, memory_limit: int | None, min_fps: Mapping[str, float]) -> bool:
+        """Algorithm 9, line 11: ``M <= M^c`` and ``T_n >= T^c_n`` for every scenario."""
+        if memory_limit is not None and self.memory_bytes > memory_limit:
+            return False
+        return all(self.fps.get(s, 0.0) >= need for s, need in min_fps.items())
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dictionary."""
+        return {"memory_bytes": self.memory_bytes, "params_bytes": self.params_bytes,
+                "arena_bytes": self.arena_bytes, "fps": dict(self.fps),
+                "band_rows": {s: dict(b) for s, b in self.band_rows.items()}}
+
+
+@dataclass(frozen=True)
+class ReductionResult:
+    """Algorithm 9's result: the chosen configuration, the Pareto front, and how the constraints fare.
+
+    ``phases`` and ``band_rows`` cover every layer of every scenario (``Φ``; Algorithm 9, line 18).
+    ``violations`` is empty when the chosen configuration meets ``M^c`` and every ``T^c_n``; otherwise one
+    line per failing constraint. ``early_exit``: lines 1-5 applied (no processing by parts needed).
+    """
+
+    early_exit: bool
+    feasible: bool
+    violations: tuple[str, ...]
+    memory_limit: int | None
+    min_fps: dict[str, float]
+    unreduced: Point
+    chosen: Point
+    pareto: tuple[Point, ...]
+    phases: dict[str, dict[str, int]]
+    band_rows: dict[str, dict[str, int]]
+    evaluations: int
+    generations: int
+    seed: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dictionary (``phases``, ``band_rows``, ``pareto``, ``chosen`` and the rest)."""
+        return {
+            "phases": {s: dict(p) for s, p in self.phases.items()},
+            "band_rows": {s: dict(b) for s, b in self.band_rows.items()},
+            "pareto": [p.to_dict() for p in self.pareto],
+            "chosen": self.chosen.to_dict(),
+            "unreduced": self.unreduced.to_dict(),
+            "early_exit": self.early_exit,
+            "feasible": self.feasible,
+            "violations": list(self.violations),
+            "memory_limit": self.memory_limit,
+            "min_fps": dict(self.min_fps),
+            "evaluations": self.evaluations,
+            "generations": self.generations,
+            "seed": self.seed,
+        }
+
+    def to_json(self) -> str:
+        """JSON text of :meth:`to_dict`."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+class _Individual:
+    """A chromosome with a deap fitness (what ``deap.tools.selNSGA2`` needs)."""
+
+    __slots__ = ("fitness", "genes")
+
+    def __init__(self, genes: tuple[int, ...], fitness: base.Fitness) -> None:
+        self.genes = genes
+        self.fitness = fitness
+
+
+class _Evaluator:
+    """EvalMemory / EvalThroughput of Algorithm 9 (lines 19-26), memoised per chromosome and per scenario."""
+
+    def __init__(self, models: dict[str, CnnModel], genes: tuple[Gene, ...], cost: CostModel,
+                 alignment: int) -> None:
+        self.models = models
+        self.genes = genes
+        self.cost = cost
+        self.alignment = alignment
+        self.params = params_bytes(models.values())
+        self.full = {s: full_bands(m) for s, m in models.items()}
+        self.slots = {s: [i for i, g in enumerate(genes) if g.scenario == s] for s in models}
+        self.points: dict[tuple[int, ...], Point] = {}
+        self._schedules: dict[tuple[str, tuple[int, ...]], tuple[Schedule, float]] = {}
+
+    def bands(self, chromosome: tuple[int, ...]) -> dict[str, dict[str, int]]:
+        result = {s: dict(b) for s, b in self.full.items()}
+        for gene, value in zip(self.genes, chromosome, strict=True):
+            result[gene.scenario][gene.layer] = gene.choices[value]
+        return result
+
+    def _scenario(self, scenario: str, chromosome: tuple[int, ...]) -> tuple[Schedule, float]:
+        key = (scenario, tuple(chromosome[i] for i in self.slots[scenario]))
+        if key not in self._schedules:
+            bands = dict(self.full[scenario])
+            for i in self.slots[scenario]:
+                bands[self.genes[i].layer] = self.genes[i].choices[chromosome[i]]
+            model = self.models[scenario]
+            schedule = schedule_csdf(cnn_to_csdf(model, bands, name=scenario))
+            self._schedules[key] = (schedule, model_fps(model, bands, self.cost))
+        return self._schedules[key]
+
+    def __call__(self, chromosome: tuple[int, ...]) -> Point:
+        if chromosome not in self.points:
+            parts = {s: self._scenario(s, chromosome) for s in self.models}
+            problem = reduced_problem([p[0] for p in parts.values()], alignment=self.alignment)
+            arena = plan_arena(problem).arena_bytes
+            sparse: dict[str, dict[str, int]] = {}
+            for gene, value in zip(self.genes, chromosome, strict=True):
+                if value:
+                    sparse.setdefault(gene.scenario, {})[gene.layer] = gene.choices[value]
+            self.points[chromosome] = Point(self.params + arena, self.params, arena,
+                                            {s: p[1] for s, p in parts.items()}, sparse)
+        return self.points[chromosome]
+
+
+def _smallest(gene: Gene) -> int:
+    """Index of the gene's smallest band."""
+    return min(range(len(gene.choices)), key=lambda i: gene.choices[i])
+
+
+def _thresholds(genes: tuple[Gene, ...]) -> list[tuple[int, ...]]:
+    """Per distinct height ``h``: the smallest band in layers at least ``h`` rows high, whole below."""
+    heights = sorted({g.height for g in genes})
+    return [tuple(_smallest(g) if g.height >= h else 0 for g in genes) for h in heights]
+
+
+def _front(points: Sequence[tuple[tuple[int, ...], Point]], scenarios: Sequence[str],
+           fitness: type[base.Fitness]) -> list[tuple[tuple[int, ...], Point]]:
+    """Non-dominated points (deap's sort), one per objective vector, by increasing memory."""
+    individuals = []
+    seen: set[tuple[float, ...]] = set()
+    for chromosome, point in points:
+        values = (float(point.memory_bytes), *(point.fps[s] for s in scenarios))
+        if values in seen:
+            continue
+        seen.add(values)
+        individuals.append(_Individual(chromosome, fitness(values)))
+    first = tools.sortNondominated(individuals, len(individuals), first_front_only=True)[0]
+    chosen = {ind.genes for ind in first}
+    front = [(c, p) for c, p in points if c in chosen]
+    return sorted(front, key=lambda item: (item[1].memory_bytes, [-item[1].fps[s] for s in scenarios]))
+
+
+def _pick(front: Sequence[tuple[tuple[int, ...], Point]], memory_limit: int | None, min_fps: Mapping[str, float],
+          scenarios: Sequence[str]) -> tuple[tuple[int, ...], Point]:
+    """Algorithm 9, lines 9-16: minimal memory among the front members meeting all constraints, else overall."""
+    feasible = [item for item in front if item[1].meets(memory_limit, min_fps)]  # lines 9-12
+    pool = feasible or list(front)  # line 14 / line 16
+    return min(pool, key=lambda item: (item[1].memory_bytes,
+                                       -min((item[1].fps[s] / min_fps[s] if min_fps.get(s) else math.inf)
+                                            for s in scenarios)))
+
+
+def _violations(point: Point, memory_limit: int | None, min_fps: Mapping[str, float],
+                best_fps: Mapping[str, float]) -> tuple[str, ...]:
+    lines: list[str] = []
+    if memory_limit is not None and point.memory_bytes > memory_limit:
+        lines.append(f"memory: {point.memory_bytes} bytes > limit {memory_limit} bytes")
+    for scenario, need in min_fps.items():
+        have = point.fps.get(scenario, 0.0)
+        if have < need:
+            best = best_fps.get(scenario, have)
+            reach = "no configuration reaches it" if best < need else "a configuration with more memory reaches it"
+            lines.append(f"min_fps of scenario '{scenario}': {have:.2f} fps < {need:.2f} fps required "
+                         f"(fastest configuration: {best:.2f} fps; {reach})")
+    return tuple(lines)
+
+
+def reduce_buffers(scenarios: Scenarios, *, memory_limit: int | None = None,
+                   min_fps: Mapping[str, float] | None = None, cost: CostModel | None = None,
+                   params: GaParams | None = None, stream_input: bool = False, alignment: int = 64,
+                   progress: Progress | None = None) -> ReductionResult:
+    """Thesis Algorithm 9: choose band heights for every layer of every scenario.
+
+    ``memory_limit`` is ``M^c`` in bytes (None: no limit, so lines 1-5 exit early); ``min_fps`` maps a
+    scenario to ``T^c_n``. ``progress(done, total)`` is called after the initial population and after each
+    generation. A memory limit below every configuration evaluated raises ``InputError`` naming the smallest
+    figure reached; fps constraints nobody meets are reported in ``violations``.
+    """
+    models = _scenarios(scenarios)
+    params = params or GaParams()
+    cost = cost or AnalyticCostModel()
+    min_fps = {s: float(v) for s, v in (min_fps or {}).items()}
+    unknown = sorted(set(min_fps) - set(models))
+    if unknown:
+        raise InputError(f"min_fps names unknown scenario(s) {', '.join(unknown)}", field="min_fps")
+    if memory_limit is not None and memory_limit < 0:
+        raise InputError(f"memory limit must be >= 0 bytes, got {memory_limit}", field="memory_limit")
+    if params.population < 2 or params.generations < 0:
+        raise InputError("GA needs a population of at least 2 and generations >= 0", field="ga")
+    names = list(models)
+    genes = reduction_genes(models, params.candidates, stream_input=stream_input)
+    evaluate = _Evaluator(models, genes, cost, alignment)
+    whole = tuple(0 for _ in genes)
+    unreduced = evaluate(whole)  # lines 1-2
+
+    def result(chromosome: tuple[int, ...], point: Point, front: Sequence[Point], early: bool,
+               generations: int) -> ReductionResult:
+        bands = evaluate.bands(chromosome)
+        best_fps = {s: max(p.fps[s] for p in evaluate.points.values()) for s in names}
+        violations = _violations(point, memory_limit, min_fps, best_fps)
+        return ReductionResult(early, not violations, violations, memory_limit, min_fps, unreduced, point,
+                               tuple(front), {s: phases_of(bands[s], models[s]) for s in names}, bands,
+                               len(evaluate.points), generations, params.seed)
+
+    if memory_limit is None or unreduced.memory_bytes <= memory_limit or not genes:  # line 3
+        if progress is not None:
+            progress(params.generations, params.generations)
+        if memory_limit is not None and unreduced.memory_bytes > memory_limit:
+            raise InputError(f"memory limit {memory_limit} bytes is below the smallest memory reachable: "
+                             f"{unreduced.memory_bytes} bytes (no layer can be processed by parts)",
+                             field="memory_limit")
+        return result(whole, unreduced, [unreduced], True, 0)  # lines 4-5
+
+    fitness = type("ReductionFitness", (base.Fitness,), {"weights": (-1.0,) + (1.0,) * len(names)})
+    rng = random.Random(params.seed)
+
+    def individual(chromosome: tuple[int, ...]) -> _Individual:
+        point = evaluate(chromosome)
+        return _Individual(chromosome, fitness((float(point.memory_bytes), *(point.fps[s] for s in names))))
+
+    seeds = [whole, tuple(_smallest(g) for g in genes)]
+    if params.threshold_seeds:
+        seeds += _thresholds(genes)
+    seeds = list(dict.fromkeys(seeds))[: params.population]
+    while len(seeds) < params.population:
+        seeds.append(tuple(rng.randrange(len(g.choices)) for g in genes))
+    population = tools.selNSGA2([individual(c) for c in seeds], params.population)
+    if progress is not None:
+        progress(0, params.generations)
+    for generation in range(params.generations):  # line 8: the GA
+        ranks = _ranks(population)
+        offspring: list[tuple[int, ...]] = []
+        while len(offspring) < params.population:
+            a, b = _tournament(population, ranks, rng), _tournament(population, ranks, rng)
+            child_a, child_b = list(a.genes), list(b.genes)
+            if len(genes) > 1 and rng.random() < params.crossover:
+                cut = rng.randrange(1, len(genes))
+                child_a[cut:], child_b[cut:] = b.genes[cut:], a.genes[cut:]
+            for child in (child_a, child_b):
+                if rng.random() < params.mutation:
+                    _mutate(child, genes, rng)
+                offspring.append(tuple(child))
+        population = tools.selNSGA2(population + [individual(c) for c in offspring], params.population)
+        if progress is not None:
+            progress(generation + 1, params.generations)
+
+    evaluated = list(evaluate.points.items())
+    lowest = min(point.memory_bytes for _, point in evaluated)
+    if memory_limit is not None and lowest > memory_limit:
+        best = min((p for _, p in evaluated), key=lambda p: p.memory_bytes)
+        raise InputError(f"memory limit {memory_limit} bytes is below the smallest memory any band configuration "
+                         f"reached: {lowest} bytes (parameters {best.params_bytes} + buffers {best.arena_bytes})",
+                         field="memory_limit")
+    front = _front(evaluated, names, fitness)
+    chromosome, point = _pick(front, memory_limit, min_fps, names)  # lines 9-16
+    return result(chromosome, point, [p for _, p in front], False, params.generations)
+
+
+def _ranks(population: Sequence[_Individual]) -> dict[int, int]:
+    """Front rank of every individual (by identity), for the crowded tournament."""
+    ranks: dict[int, int] = {}
+    for rank, front in enumerate(tools.sortNondominated(list(population), len(population))):
+        for ind in front:
+            ranks[id(ind)] = rank
+    return ranks
+
+
+def _tournament(population: Sequence[_Individual], ranks: Mapping[int, int], rng: random.Random) -> _Individual:
+    """Binary tournament on (front rank, crowding distance), NSGA-II's crowded comparison."""
+    a, b = population[rng.randrange(len(population))], population[rng.randrange(len(population))]
+    key_a = (ranks.get(id(a), 0), -getattr(a.fitness, "crowding_dist", 0.0))
+    key_b = (ranks.get(id(b), 0), -getattr(b.fitness, "crowding_dist", 0.0))
+    return a if key_a <= key_b else b
+
+
+def _mutate(child: list[int], genes: Sequence[Gene], rng: random.Random) -> None:
+    """Single-gene mutation (thesis Figure 2.10): one gene takes another of its values."""
+    i = rng.randrange(len(genes))
+    others = [v for v in range(len(genes[i].choices)) if v != child[i]]
+    if others:
+        child[i] = rng.choice(others)
