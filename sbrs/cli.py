@@ -122,13 +122,21 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from sbrs.app import load_app
+    from sbrs.runtime.loop import run_app
 
-    app = load_app(args.app)
-    sys.stderr.write(
-        f"sbrs run: app '{app.name}' is valid ({len(app.models)} scenarios), but this version cannot execute it yet:"
-        " the supergraph runtime is not implemented. Nothing was run.\n")
-    return 1
+    return run_app(args.app, frames=args.frames, source=args.input, output=args.output, seed=args.seed,
+                   granularity=args.granularity)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from sbrs.runtime.bench import bench_app, format_report
+
+    report = bench_app(args.app, frames=args.frames, repeats=args.repeats, granularity=args.granularity)
+    if args.json:
+        _print_json(report)
+    else:
+        print(format_report(report))
+    return 0
 
 
 def cmd_zoo_list(args: argparse.Namespace) -> int:
@@ -201,7 +209,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = add("run", cmd_run, "run the app (the main job)")
     run.add_argument("app", metavar="APP.yaml")
-    run.add_argument("--frames", type=int, default=None, help="stop after N frames")
+    run.add_argument("--frames", type=int, default=None, help="stop after N frames (default: until interrupted)")
+    run.add_argument("--input", default=None, metavar="SRC",
+                     help="a folder of .npy frames or of images (default: seeded random frames)")
+    run.add_argument("--output", default=None, metavar="FILE", help="write the JSON lines here (default: stdout)")
+    run.add_argument("--seed", type=int, default=0, help="seed of the random frames")
+    run.add_argument("--granularity", choices=("auto", "layer"), default=None,
+                     help="override runtime.granularity of the app")
+
+    bench = add("bench", cmd_bench, "throughput per scenario against plain ONNX Runtime, and process memory")
+    bench.add_argument("app", metavar="APP.yaml")
+    bench.add_argument("--frames", type=int, default=20, help="frames per timed block")
+    bench.add_argument("--repeats", type=int, default=3, help="timed blocks per side and scenario (median)")
+    bench.add_argument("--granularity", choices=("auto", "layer"), default=None,
+                       help="override runtime.granularity of the app")
+    bench.add_argument("--json", action="store_true", help="print one JSON object")
 
     zoo = add("zoo", lambda _args: 2, "reference CNN architectures with seeded weights")
     zoo_commands = zoo.add_subparsers(dest="zoo_command", metavar="ZOO_COMMAND", required=True)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sbrs.app.config import AppConfig, ScenarioConfig, load_app_config
 from sbrs.errors import InputError
 from sbrs.model import CnnModel, import_onnx, memory_figures, params_bytes
+
+if TYPE_CHECKING:
+    from sbrs.runtime import Runtime
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,12 @@ class App:
 
     def model(self, scenario: str) -> CnnModel:
         return self.models[scenario]
+
+    def runtime(self, **options: Any) -> Runtime:
+        """A ``sbrs.runtime.Runtime`` running this app's scenarios (options: ``granularity``)."""
+        from sbrs.runtime import Runtime
+
+        return Runtime(self, **options)
 
     def summary(self) -> dict[str, Any]:
         """Per-scenario model figures (thesis Eq. 2.6, naive buffers) and the app's unique-parameter total."""

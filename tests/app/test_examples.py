@@ -6,14 +6,13 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
 from sbrs.app import load_app
 from sbrs.cli import main
 from sbrs.model import memory_figures, params_bytes
 from sbrs.model.onnx_import import load_onnx
-from tests.conftest import APPS
+from tests.conftest import APPS, ort_session
 
 
 def test_there_are_example_apps() -> None:
@@ -34,7 +33,7 @@ def test_example_app_models_match_onnx(app_path: Path) -> None:
                     for v in [*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input]}
         for name, spec in model.tensors.items():
             assert spec.shape == declared[name], (scenario.name, name)
-        session = ort.InferenceSession(scenario.model_path, providers=["CPUExecutionProvider"])
+        session = ort_session(scenario.model_path)
         outputs = session.run(None, {session.get_inputs()[0].name: frame})
         for name, value in zip(model.graph_outputs, outputs, strict=True):
             assert value.shape == model.tensors[name].shape

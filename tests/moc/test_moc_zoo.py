@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 
 from sbrs import zoo
 from sbrs.moc import assert_round_trip, derive_moc, format_capture_table, moc_summary, rebuild_scenario
 from sbrs.model import CnnModel, import_model, to_onnx
+from tests.conftest import ort_session
 
 # family → scenario name → build options (small resolutions keep it fast)
 FAMILIES: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
@@ -78,6 +78,6 @@ def test_rebuilt_scenarios_compute_what_the_originals_compute() -> None:
         rebuilt = rebuild_scenario(moc, scenario, weights)
         outputs = []
         for cnn in (model, rebuilt):
-            session = ort.InferenceSession(to_onnx(cnn).SerializeToString(), providers=["CPUExecutionProvider"])
+            session = ort_session(to_onnx(cnn))
             outputs.append(session.run(None, {"input": x})[0])
         np.testing.assert_array_equal(outputs[0], outputs[1])

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from sbrs.errors import InputError
 from sbrs.model import SUPPORTED_OPS, import_model, import_onnx, memory_figures, params_bytes, to_onnx
+from tests.conftest import ort_session
 
 RNG = np.random.default_rng(7)
 
@@ -82,7 +82,7 @@ OP_CASES: dict[str, tuple[list[onnx.NodeProto], list[onnx.TensorProto], list[int
 
 
 def _run(model: onnx.ModelProto, x: np.ndarray) -> list[np.ndarray]:
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort_session(model)
     return session.run(None, {session.get_inputs()[0].name: x})
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
 from sbrs import zoo
 from sbrs.model import import_model, memory_figures, to_onnx
+from tests.conftest import ort_session
 
 NAMES = [entry.name for entry in zoo.list_models()]
 SMALL = {"resolution": 64}
@@ -32,6 +32,6 @@ def test_zoo_model_imports_and_rebuilds_exactly(name: str) -> None:
     rebuilt = to_onnx(model)
     onnx.checker.check_model(rebuilt, full_check=True)
     x = np.random.default_rng(1).standard_normal(model.tensors[model.graph_inputs[0]].shape).astype(np.float32)
-    want = ort.InferenceSession(source.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
-    got = ort.InferenceSession(rebuilt.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
+    want = ort_session(source).run(None, {"input": x})
+    got = ort_session(rebuilt).run(None, {"input": x})
     np.testing.assert_array_equal(want[0], got[0])

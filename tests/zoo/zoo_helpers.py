@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import numpy_helper
+
+from tests.conftest import ort_session
 
 
 def input_shape(model: onnx.ModelProto) -> list[int]:
@@ -15,9 +16,7 @@ def input_shape(model: onnx.ModelProto) -> list[int]:
 
 def run_ort(model: onnx.ModelProto, x: np.ndarray | None = None, seed: int = 0) -> np.ndarray:
     """Run ``model`` on CPU with ``x`` (default: a standard normal input) and return its only output."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = ort_session(model)
     if x is None:
         x = np.random.default_rng(seed).standard_normal(input_shape(model), dtype=np.float32)
     return session.run(["output"], {"input": x})[0]

@@ -1,0 +1,198 @@
+"""``sbrs bench``: throughput of every scenario against its own model in plain ONNX Runtime, and process memory.
+
+Throughput (DESIGN.md, "Benchmarks": ratios against a baseline in the same process and run, interleaved,
+medians): for each scenario, sbrs and a standalone ONNX Runtime session of the scenario's own ONNX file (same
+providers, same global thread pool, ``session.run`` with a feed dict, as a plain ORT user would) run
+alternate blocks of ``frames`` frames, ``repeats`` times; each side's fps is the median over its blocks and
+``ratio`` = sbrs fps / ORT fps.
+
+Process memory (DESIGN.md, "Process memory"): three fresh interpreters, started in this run one after
+another: one with onnxruntime imported and nothing loaded (idle), one with the app loaded in sbrs, one with
+every scenario's ONNX file loaded as its own ORT session; the loaded ones warm every scenario up before
+their resident set size (VmRSS) is read. ``rss_bytes`` and ``ort_rss_bytes`` are those minus the idle RSS.
+The sbrs child drops the app's Python models (and their weight arrays) once the runtime is built and hands
+freed memory back to the system (``release_free_memory``), as ``sbrs run`` does; the ORT child gets the same
+call after loading. The import of sbrs itself (pydantic, onnx, ...) is part of what sbrs costs; the peak
+during loading is reported too (``peak_rss_bytes``): loading parses every scenario's weights into Python.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from sbrs.errors import InputError, SbrsRuntimeError
+
+WARMUP_FRAMES = 3
+
+
+def resident_bytes() -> tuple[int, int]:
+    """(current, peak) resident set size of this process in bytes, from /proc (Linux), else (peak, peak)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            fields = dict(line.split(":", 1) for line in status if ":" in line)
+        return int(fields["VmRSS"].split()[0]) * 1024, int(fields["VmHWM"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return peak, peak
+
+
+def _fps(run_frame: Callable[[], object], frames: int) -> float:
+    start = time.perf_counter()
+    for _ in range(frames):
+        run_frame()
+    return frames / (time.perf_counter() - start)
+
+
+def measure_throughput(app_path: str, *, frames: int, repeats: int, granularity: str | None) -> dict[str, Any]:
+    """The fps part of the benchmark, in this process (module docstring)."""
+    from sbrs.app import load_app
+    from sbrs.runtime.device import create_session
+
+    app = load_app(app_path)
+    runtime = app.runtime(granularity=granularity)
+    rng = np.random.default_rng(0)
+    frame = rng.standard_normal(app.config.input.shape).astype(app.config.input.dtype)
+    scenarios: dict[str, Any] = {}
+    with runtime:
+        for scenario in app.config.scenarios:
+            session = create_session(scenario.model_path, runtime.providers)
+            feed = {session.get_inputs()[0].name: frame}
+            runtime.switch(scenario.name)
+
+            def run_sbrs() -> object:
+                return runtime.infer(frame)
+
+            def run_ort(session: Any = session, feed: dict[str, np.ndarray] = feed) -> object:
+                return session.run(None, feed)
+
+            _fps(run_sbrs, WARMUP_FRAMES)
+            _fps(run_ort, WARMUP_FRAMES)
+            sbrs_fps, ort_fps = [], []
+            for _ in range(repeats):
+                sbrs_fps.append(_fps(run_sbrs, frames))
+                ort_fps.append(_fps(run_ort, frames))
+            del session
+            fps, baseline = statistics.median(sbrs_fps), statistics.median(ort_fps)
+            scenarios[scenario.name] = {"fps": round(fps, 3), "ort_fps": round(baseline, 3),
+                                        "ratio": round(fps / baseline, 4),
+                                        "units_per_frame": len(runtime.plan.sequences[scenario.name])}
+        return {"app": app.name, "granularity": runtime.plan.granularity, "units": len(runtime.plan.units),
+                "arena_bytes": runtime.arena_bytes, "frames": frames, "repeats": repeats,
+                "threads": runtime.thread_pool.requested, "scenarios": scenarios}
+
+
+# -- process memory, each figure in its own fresh interpreter ---------------------------------------------
+
+
+def _child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
+    """Run ``rss_child(mode, argument)`` in a fresh interpreter and return its JSON answer."""
+    code = "import json, sys; from sbrs.runtime.bench import rss_child; print(json.dumps(rss_child(sys.argv[1], " \
+           "json.loads(sys.argv[2]))))"
+    done = subprocess.run([sys.executable, "-c", code, mode, json.dumps(argument)], capture_output=True, text=True,
+                          check=False)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SbrsRuntimeError(f"bench: the {mode} memory probe failed: {last}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def rss_child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
+    """In a fresh interpreter: load nothing (``idle``), the app in sbrs (``sbrs``) or as ORT sessions (``ort``)."""
+    import onnxruntime as ort
+
+    from sbrs.runtime.device import release_free_memory
+
+    if mode == "sbrs":
+        from sbrs.app import load_app
+
+        app = load_app(argument["app"])
+        runtime = app.runtime(granularity=argument["granularity"])
+        shape, dtype = app.config.input.shape, app.config.input.dtype
+        del app
+        gc.collect()
+        release_free_memory()
+        frame = np.zeros(shape, dtype)
+        for scenario in runtime.scenarios:
+            runtime.switch(scenario)
+            for _ in range(WARMUP_FRAMES):
+                runtime.infer(frame)
+    elif mode == "ort":
+        ort.set_global_thread_pool_sizes(int(argument["threads"]), 1)
+        options = ort.SessionOptions()
+        options.use_per_session_threads = False
+        options.log_severity_level = 3
+        sessions = [ort.InferenceSession(path, options, providers=argument["providers"])
+                    for path in argument["models"]]
+        release_free_memory()
+        frame = np.zeros(argument["shape"], argument["dtype"])
+        for session in sessions:
+            for _ in range(WARMUP_FRAMES):
+                session.run(None, {session.get_inputs()[0].name: frame})
+    elif mode != "idle":
+        raise ValueError(f"unknown memory probe {mode!r}")
+    gc.collect()
+    rss, peak = resident_bytes()
+    return {"rss": rss, "peak": peak}
+
+
+def measure_memory(app_path: str, *, granularity: str | None) -> dict[str, Any]:
+    """RSS of sbrs vs separate ORT sessions, each in a fresh interpreter, minus an idle one (module docstring)."""
+    from sbrs.app.config import load_app_config
+    from sbrs.runtime.device import resolve_providers
+
+    config = load_app_config(app_path)
+    providers = resolve_providers(tuple(config.runtime.providers), where=config.path)
+    idle = _child("idle", {})
+    sbrs = _child("sbrs", {"app": app_path, "granularity": granularity})
+    ort = _child("ort", {"models": [s.model_path for s in config.scenarios], "providers": list(providers),
+                         "threads": config.runtime.threads or _cpu_count(), "shape": list(config.input.shape),
+                         "dtype": config.input.dtype})
+    rss, ort_rss = sbrs["rss"] - idle["rss"], ort["rss"] - idle["rss"]
+    return {"rss_bytes": rss, "ort_rss_bytes": ort_rss, "rss_ratio": round(rss / ort_rss, 4) if ort_rss > 0 else None,
+            "idle_rss_bytes": idle["rss"], "peak_rss_bytes": sbrs["peak"] - idle["rss"],
+            "ort_peak_rss_bytes": ort["peak"] - idle["rss"]}
+
+
+def _cpu_count() -> int:
+    import os
+
+    return os.cpu_count() or 1
+
+
+def bench_app(app_path: str, *, frames: int = 20, repeats: int = 3, granularity: str | None = None,
+              memory: bool = True) -> dict[str, Any]:
+    """The whole ``sbrs bench`` report as one JSON-ready dictionary."""
+    if frames < 1 or repeats < 1:
+        raise InputError(f"--frames {frames}, --repeats {repeats}: both must be >= 1")
+    report = measure_throughput(app_path, frames=frames, repeats=repeats, granularity=granularity)
+    if memory:
+        report.update(measure_memory(app_path, granularity=granularity))
+    return report
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """A table for people: fps per scenario against ORT, then process memory."""
+    lines = [f"app {report['app']}: granularity {report['granularity']}, {report['units']} units, arena "
+             f"{report['arena_bytes'] / 1e6:.2f} MB, {report['threads']} threads, median of {report['repeats']} "
+             f"blocks of {report['frames']} frames",
+             f"{'scenario':<16} {'units/frame':>11} {'sbrs fps':>10} {'ORT fps':>10} {'ratio':>7}"]
+    for name, row in report["scenarios"].items():
+        lines.append(f"{name:<16} {row['units_per_frame']:>11} {row['fps']:>10.2f} {row['ort_fps']:>10.2f} "
+                     f"{row['ratio']:>7.3f}")
+    if "rss_bytes" in report:
+        ratio = report["rss_ratio"]
+        lines.append(f"process memory (RSS above an idle interpreter with onnxruntime): sbrs "
+                     f"{report['rss_bytes'] / 1e6:.1f} MB, separate ORT sessions "
+                     f"{report['ort_rss_bytes'] / 1e6:.1f} MB, ratio {ratio if ratio is None else f'{ratio:.3f}'}")
+    return "\n".join(lines)

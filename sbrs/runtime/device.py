@@ -1,0 +1,187 @@
+"""ONNX Runtime plumbing: execution providers, the process-wide thread pool, session options, the arena memory.
+
+Execution providers come from app.yaml ``runtime.providers`` (``CPUExecutionProvider`` by default;
+``CUDAExecutionProvider`` and ``TensorrtExecutionProvider`` are accepted). A provider this onnxruntime build
+does not have is an ``InputError`` naming it and the available ones. ``CPUExecutionProvider`` is always
+appended as the fallback for operators a GPU provider cannot run.
+
+Threads: every session of every runtime in the process runs on ONNX Runtime's *global* thread pool
+(``SessionOptions.use_per_session_threads = False``): many small sessions with their own spinning pools were
+80x slower (DESIGN.md). The global pool is created once per process, sized from ``runtime.threads`` (default:
+every core). ONNX Runtime cannot resize or replace it, so a later runtime in the same process that asks for a
+different size runs on the existing pool (``Runtime.thread_pool.created`` is false for it); nothing
+crashes. (A warning is given only when app.yaml sets ``runtime.threads`` explicitly.) Once the
+global pool exists, ONNX Runtime refuses sessions with per-session threads anywhere in the process: create
+other sessions with ``session_options()`` (or ``use_per_session_threads = False``).
+
+Arena memory: on the CPU provider the arena is one numpy buffer, aligned to 64 bytes, and views of it are
+bound with IOBinding. For a GPU provider (CUDA, TensorRT) the arena is one device allocation
+(``OrtValue.ortvalue_from_shape_and_type([bytes], uint8, "cuda", 0)``) and bindings point at
+``data_ptr() + offset``; frames are copied in and outputs out through two tiny Identity sessions whose host
+side is bound to numpy buffers (ONNX Runtime does the host/device copies). The GPU path cannot be tested on
+the CPU-only machines this project's CI runs on: it is kept small and is untested.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+import tempfile
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper
+
+from sbrs.errors import InputError
+
+CPU_PROVIDER = "CPUExecutionProvider"
+GPU_PROVIDERS: tuple[str, ...] = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
+ACCEPTED_PROVIDERS: tuple[str, ...] = (CPU_PROVIDER, *GPU_PROVIDERS)
+
+
+def resolve_providers(requested: tuple[str, ...], *, where: str | None = None) -> tuple[str, ...]:
+    """The provider list for sessions: ``requested`` (checked against this build) plus the CPU fallback."""
+    available = ort.get_available_providers()
+    for provider in requested:
+        if provider not in ACCEPTED_PROVIDERS:
+            raise InputError(f"unknown execution provider '{provider}' (accepted: {', '.join(ACCEPTED_PROVIDERS)})",
+                             file=where, field="runtime.providers")
+        if provider not in available:
+            raise InputError(f"execution provider '{provider}' is not available in this onnxruntime build "
+                             f"(available: {', '.join(available)})", file=where, field="runtime.providers")
+    providers = tuple(dict.fromkeys(requested or (CPU_PROVIDER,)))
+    return providers if CPU_PROVIDER in providers else (*providers, CPU_PROVIDER)
+
+
+def device_of(providers: tuple[str, ...]) -> str:
+    """``"cuda"`` when the first provider runs on the GPU, else ``"cpu"``: where the arena lives."""
+    return "cuda" if providers[0] in GPU_PROVIDERS else "cpu"
+
+
+@dataclass(frozen=True)
+class ThreadPool:
+    """The global ONNX Runtime thread pool a runtime runs on.
+
+    ``created`` is true when this runtime created it with ``requested`` threads; false when it already existed
+    (created by an earlier runtime in this process, with a size this runtime cannot query).
+    """
+
+    requested: int
+    created: bool
+
+
+def use_global_thread_pool(threads: int | None) -> ThreadPool:
+    """Create the process's global ONNX Runtime thread pool with ``threads`` (default: every core), once.
+
+    If the pool already exists it is used as it is. When ``threads`` was set explicitly (app.yaml
+    ``runtime.threads``) a ``RuntimeWarning`` says that the existing pool's size applies. Note the process-wide
+    consequence, which is ONNX Runtime's: once the global pool exists, every session in the process must be
+    created with ``use_per_session_threads = False`` (``session_options()``), else ONNX Runtime refuses it.
+    """
+    requested = threads or os.cpu_count() or 1
+    try:
+        ort.set_global_thread_pool_sizes(requested, 1)
+    except Exception as exc:  # onnxruntime raises its own Fail type: "Global thread pools have already been created"
+        if "already" not in str(exc):
+            raise
+        if threads is not None:
+            warnings.warn(f"ONNX Runtime's global thread pool already exists in this process; this runtime runs on "
+                          f"it as it is (runtime.threads asked for {threads})", RuntimeWarning, stacklevel=3)
+        return ThreadPool(requested, created=False)
+    return ThreadPool(requested, created=True)
+
+
+def session_options() -> ort.SessionOptions:
+    """Options of every sbrs session (and of the standalone baseline in ``sbrs bench``): the global pool."""
+    options = ort.SessionOptions()
+    options.use_per_session_threads = False
+    options.log_severity_level = 3
+    return options
+
+
+def create_session(model: onnx.ModelProto | str, providers: tuple[str, ...]) -> ort.InferenceSession:
+    """One ONNX Runtime session on the global thread pool (``use_global_thread_pool`` must have run).
+
+    A ``ModelProto`` is written to a temporary file and loaded from its path, never from bytes: from bytes,
+    ONNX Runtime keeps a copy of the initializers next to its prepacked weights (measured on ResNet-18:
+    99.5 MB resident per session from bytes, 54.7 MB from a path).
+    """
+    if isinstance(model, str):
+        return ort.InferenceSession(model, session_options(), providers=list(providers))
+    with tempfile.TemporaryDirectory(prefix="sbrs-unit-") as folder:
+        path = os.path.join(folder, "unit.onnx")
+        onnx.save_model(model, path)
+        return ort.InferenceSession(path, session_options(), providers=list(providers))
+
+
+class ArenaMemory:
+    """The arena's bytes: a 64-byte-aligned numpy buffer (CPU) or one device allocation (GPU, untested).
+
+    ``pointer(offset)`` is the address to bind; ``view(offset, shape, dtype)`` a numpy view (CPU only).
+    """
+
+    def __init__(self, nbytes: int, device: str, alignment: int = 64) -> None:
+        self.nbytes = nbytes
+        self.device = device
+        self._device_value: Any = None
+        if device == "cpu":
+            raw = np.zeros(nbytes + alignment, dtype=np.uint8)
+            start = (-raw.ctypes.data) % alignment
+            self.host: np.ndarray | None = raw[start:start + nbytes]
+            self._base = int(self.host.ctypes.data)
+        else:
+            self.host = None
+            self._device_value = ort.OrtValue.ortvalue_from_shape_and_type([max(nbytes, 1)], np.uint8, device, 0)
+            self._base = int(self._device_value.data_ptr())
+
+    @property
+    def base(self) -> int:
+        return self._base
+
+    def pointer(self, offset: int) -> int:
+        return self._base + offset
+
+    def view(self, offset: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        """A numpy view of ``shape``/``dtype`` at ``offset`` (CPU arenas only)."""
+        if self.host is None:
+            raise ValueError("a device arena has no host views")
+        count = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if offset < 0 or offset + count > self.nbytes:
+            raise ValueError(f"view [{offset}, {offset + count}) outside the arena of {self.nbytes} bytes")
+        return self.host[offset:offset + count].view(dtype).reshape(shape)
+
+
+def copy_model(shape: tuple[int, ...], dtype: str) -> onnx.ModelProto:
+    """An Identity model ``x → y`` of ``shape``/``dtype``: a host/device copy when x and y live apart."""
+    element = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "copy",
+                              [helper.make_tensor_value_info("x", element, list(shape))],
+                              [helper.make_tensor_value_info("y", element, list(shape))])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def release_free_memory() -> bool:
+    """Give memory the C allocator holds but no longer uses back to the system (glibc ``malloc_trim``).
+
+    Loading an app parses every scenario's weights into Python; once the runtime is built and the ``App`` is
+    dropped, glibc keeps most of those freed bytes (its mmap threshold grows as big blocks are freed), so the
+    resident set stays at its peak. Measured on apps/drone.yaml: 508 MB after building and dropping the app,
+    190 MB after this call. Returns whether it could be called (Linux with glibc only).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    library = ctypes.util.find_library("c")
+    if library is None:
+        return False
+    try:
+        trim = ctypes.CDLL(library).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim(0)
+    return True

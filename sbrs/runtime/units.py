@@ -1,0 +1,367 @@
+"""Execution units: the SBRS MoC compiled into the ONNX Runtime sessions the runtime calls, and their plan.
+
+ONNX Runtime cannot run part of a graph, so a merged supergraph cannot be one session (DESIGN.md, "Running on
+ONNX Runtime"). The runtime therefore cuts every scenario's execution sequence φ^s into *units*: maximal runs
+of consecutive steps that compile to one ONNX model and one session, called in order for each frame.
+
+Step keys and sharing
+    A step's identity is its *step key*: the supergraph layer and the value of its ``par`` control parameter
+    (same layer, same weights). Steps with equal keys compute the same function; they compute the same
+    *data* when they also read the same input tensors. The ``I`` and ``O`` values are wiring: ``O`` only says
+    which edges carry the result on, and ``I`` matters only inside a unit. So a unit may be shared by
+    scenarios whose steps read *different* tensors at the unit's boundary (e.g. the block after a block that
+    one scenario drops): its graph inputs are placeholders (``in0``, ``in1`` ...) bound per scenario to that
+    scenario's tensors. Inside a unit the wiring must be identical in every user (checked while fusing). This
+    is a refinement of "share only where (layer, all control values) are equal": it never shares a different
+    computation, and it halves the units of apps whose scenarios drop blocks (drone: 16 → 8 calls per frame
+    for the accurate scenario; cifar10: 15 → 11).
+
+Supergraph tensors
+    Data crossing units is identified by supergraph tensor ``"<layer id>:<output position>"`` (e.g. ``l4:0``):
+    the output of a supergraph layer. A unit's outputs are the same supergraph tensors for every user. A
+    tensor may hold different values in different scenarios (a shared layer downstream of a
+    scenario-specific one); only one scenario runs at a time, so they share its arena slot.
+
+Fusion (granularity ``auto``)
+    Step ``b`` joins the run that ends with step ``a`` when the same set of scenarios uses both, ``b`` directly
+    follows ``a`` in every one of them, and each operand of ``b`` reads, in every user, either the same tensor
+    produced inside the run or a tensor from outside it. Whether a step joins depends only on the run and
+    its users, so every shared run appears contiguously and in the same order in each user, cut at the same
+    places. Boundaries fall where scenarios diverge or rejoin or where the weights differ. An app whose
+    scenarios share nothing gets one unit per scenario: its own whole model, at native speed. Granularity
+    ``layer`` makes one unit per step (the thesis' fine-grained model, for comparison).
+
+Unit outputs are the tensors a unit produces that another unit of any user reads, or that are graph outputs
+of a user.
+
+Adaptive parameters (``par`` ∈ A)
+    A supergraph layer whose weights differ per scenario has different step keys per weight value, so it
+    becomes separate units, one per distinct value, each with its weights as initializers. The weights differ
+    anyway, so no weight memory is duplicated, only one session's overhead per value. The alternative, one
+    unit with the weights as graph inputs bound per scenario, loses ONNX Runtime's weight prepacking and
+    constant folding (batch norm is no longer folded into the conv). Measured here (2-core x86, onnxruntime
+    1.31, global thread pool, one 3x3 conv 64→64 channels at 56x56 followed by batch norm and ReLU, median of
+    200 ``run_with_iobinding`` calls, two runs): weights as initializers 0.77 ms, weights as graph inputs
+    1.26 ms (1.65x slower; DESIGN.md measured 2.4x on a whole MobileNetV2). Separate units it is.
+
+The result is a plain frozen ``UnitPlan`` (JSON via ``to_dict``) that also carries the arena offsets of every
+boundary tensor (``sbrs.runtime.arena``). ``unit_model`` builds a unit's ONNX model when the runtime loads it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import onnx
+
+from sbrs.errors import InputError
+from sbrs.moc.model import Moc, Step, Value
+from sbrs.model.cnn import INPUT_OP, OUTPUT_OP, CnnModel, Layer, TensorSpec
+from sbrs.model.onnx_export import build_graph_model
+from sbrs.plan.tensors import tensor_id
+
+GRANULARITIES: tuple[str, ...] = ("auto", "layer")
+
+#: The control-parameter attributes in a step key: the weights (``I`` and ``O`` are wiring, see the docstring).
+_KEY_ATTRIBUTES: frozenset[str] = frozenset({"par"})
+
+
+@dataclass(frozen=True)
+class StepKey:
+    """What a step computes: supergraph layer ``layer`` with the ``par``/``I`` control values ``values``."""
+
+    layer: str
+    values: tuple[tuple[str, Value], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"layer": self.layer, "values": {param: list(value) for param, value in self.values}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StepKey:
+        return cls(str(data["layer"]), tuple((str(p), tuple(v)) for p, v in data.get("values", {}).items()))
+
+
+@dataclass(frozen=True)
+class BoundaryTensor:
+    """A supergraph tensor crossing a unit boundary (or the frame input, or a graph output) and its arena slot."""
+
+    id: str
+    shape: tuple[int, ...]
+    dtype: str
+    offset: int
+
+    @property
+    def spec(self) -> TensorSpec:
+        return TensorSpec(self.shape, self.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return self.spec.nbytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "shape": list(self.shape), "dtype": self.dtype, "offset": self.offset,
+                "bytes": self.nbytes}
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One execution unit: consecutive steps compiled into one ONNX Runtime session, loaded once.
+
+    ``scenarios`` are the users (each runs exactly these steps, contiguously, in this order); ``source`` is the
+    scenario whose layers (and weights) build the unit's graph. ``inputs`` are the graph's input placeholders
+    (``in0``, ``in1`` ...) and ``input_tensors[s]`` the supergraph tensors they are bound to when scenario s
+    runs the unit (they may differ per scenario). ``outputs`` are supergraph tensor ids, the same for every user.
+    """
+
+    id: str
+    steps: tuple[StepKey, ...]
+    scenarios: tuple[str, ...]
+    source: str
+    inputs: tuple[str, ...]
+    input_tensors: Mapping[str, tuple[str, ...]]
+    outputs: tuple[str, ...]
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        return tuple(step.layer for step in self.steps)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "layers": list(self.layers), "steps": [s.to_dict() for s in self.steps],
+                "scenarios": list(self.scenarios), "source": self.source, "inputs": list(self.inputs),
+                "input_tensors": {s: list(t) for s, t in self.input_tensors.items()},
+                "outputs": list(self.outputs)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Unit:
+        return cls(str(data["id"]), tuple(StepKey.from_dict(s) for s in data["steps"]),
+                   tuple(data["scenarios"]), str(data["source"]), tuple(data["inputs"]),
+                   {s: tuple(t) for s, t in data["input_tensors"].items()}, tuple(data["outputs"]))
+
+
+@dataclass(frozen=True)
+class UnitPlan:
+    """How the runtime executes an app: units, each scenario's unit sequence and the boundary-tensor arena.
+
+    ``sequences[s]`` lists the unit ids scenario s calls per frame; ``inputs[s]`` maps the app's input name to
+    the frame-input tensor and ``outputs[s]`` each of s's graph output names to its tensor. ``tensors`` are
+    the boundary tensors with their offsets in one arena of ``arena_bytes`` (``alignment``-aligned), planned
+    with ``sbrs.memory`` (``arena_strategy``; ``arena_lower_bound`` is the proven minimum). Only boundary
+    tensors live in the arena: tensors inside a unit are ONNX Runtime's own memory (``inner_memory``).
+    """
+
+    app: str
+    granularity: str
+    adaptive: tuple[str, ...]
+    units: tuple[Unit, ...]
+    sequences: Mapping[str, tuple[str, ...]]
+    inputs: Mapping[str, Mapping[str, str]]
+    outputs: Mapping[str, Mapping[str, str]]
+    tensors: tuple[BoundaryTensor, ...]
+    arena_bytes: int
+    alignment: int
+    arena_lower_bound: int
+    arena_strategy: str
+    inner_memory: str = "onnxruntime"
+
+    def unit(self, unit_id: str) -> Unit:
+        for unit in self.units:
+            if unit.id == unit_id:
+                return unit
+        raise KeyError(unit_id)
+
+    def tensor(self, tensor_name: str) -> BoundaryTensor:
+        for tensor in self.tensors:
+            if tensor.id == tensor_name:
+                return tensor
+        raise KeyError(tensor_name)
+
+    @property
+    def scenarios(self) -> tuple[str, ...]:
+        return tuple(self.sequences)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "app": self.app,
+            "granularity": self.granularity,
+            "adaptive": list(self.adaptive),
+            "units": [unit.to_dict() for unit in self.units],
+            "sequences": {s: list(seq) for s, seq in self.sequences.items()},
+            "inputs": {s: dict(m) for s, m in self.inputs.items()},
+            "outputs": {s: dict(m) for s, m in self.outputs.items()},
+            "tensors": [tensor.to_dict() for tensor in self.tensors],
+            "arena_bytes": self.arena_bytes,
+            "alignment": self.alignment,
+            "arena_lower_bound": self.arena_lower_bound,
+            "arena_strategy": self.arena_strategy,
+            "inner_memory": self.inner_memory,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> UnitPlan:
+        return cls(
+            app=str(data["app"]), granularity=str(data["granularity"]), adaptive=tuple(data["adaptive"]),
+            units=tuple(Unit.from_dict(u) for u in data["units"]),
+            sequences={s: tuple(seq) for s, seq in data["sequences"].items()},
+            inputs={s: dict(m) for s, m in data["inputs"].items()},
+            outputs={s: dict(m) for s, m in data["outputs"].items()},
+            tensors=tuple(BoundaryTensor(t["id"], tuple(t["shape"]), t["dtype"], int(t["offset"]))
+                          for t in data["tensors"]),
+            arena_bytes=int(data["arena_bytes"]), alignment=int(data["alignment"]),
+            arena_lower_bound=int(data["arena_lower_bound"]), arena_strategy=str(data["arena_strategy"]),
+            inner_memory=str(data.get("inner_memory", "onnxruntime")),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+
+@dataclass(frozen=True)
+class UnitLayout:
+    """The units before arena planning: everything of ``UnitPlan`` but offsets (``tensor_specs`` instead)."""
+
+    units: tuple[Unit, ...]
+    sequences: Mapping[str, tuple[str, ...]]
+    inputs: Mapping[str, Mapping[str, str]]
+    outputs: Mapping[str, Mapping[str, str]]
+    tensor_specs: Mapping[str, TensorSpec]
+
+
+def step_key(moc: Moc, step: Step) -> StepKey:
+    """The step key of ``step``: its layer and its ``par`` control-parameter value (the weights it uses)."""
+    control = moc.layer(step.layer_id).control
+    weight_params = {param for attribute, param in control.items() if attribute in _KEY_ATTRIBUTES}
+    return StepKey(step.layer_id, tuple((param, value) for param, value in step.values if param in weight_params))
+
+
+def scenario_tensor_ids(model: CnnModel, layer_capture: Mapping[str, str]) -> dict[str, str]:
+    """Scenario tensor name → supergraph tensor id (capturing layer of its producer, output position)."""
+    return {name: tensor_id(layer_capture[layer.name], position)
+            for layer in model.layers for position, name in enumerate(layer.outputs) if name}
+
+
+@dataclass(frozen=True)
+class _ScenarioSteps:
+    """One scenario's compute steps as the fusion sees them: keys, layers, operand sources, positions."""
+
+    keys: tuple[StepKey, ...]
+    layers: tuple[Layer, ...]
+    sources: Mapping[StepKey, tuple[str, ...]]  # per data operand, the supergraph tensor it reads
+    position: Mapping[StepKey, int]
+
+
+def _scenario_steps(model: CnnModel, moc: Moc, scenario: str, names: Mapping[str, str]) -> _ScenarioSteps:
+    steps = [step for step in moc.steps[scenario] if moc.layer(step.layer_id).op not in (INPUT_OP, OUTPUT_OP)]
+    keys = tuple(step_key(moc, step) for step in steps)
+    layers = tuple(model.layer(step.scenario_layer) for step in steps)
+    sources = {key: tuple(names[t] for t in layer.inputs) for key, layer in zip(keys, layers, strict=True)}
+    return _ScenarioSteps(keys, layers, sources, {key: index for index, key in enumerate(keys)})
+
+
+def layout_units(models: Mapping[str, CnnModel], moc: Moc, granularity: str) -> UnitLayout:
+    """Cut each scenario's execution sequence into units (module docstring), shared units listed once."""
+    if granularity not in GRANULARITIES:
+        raise InputError(f"unknown granularity '{granularity}' (allowed: {', '.join(GRANULARITIES)})",
+                         field="runtime.granularity")
+    names = {s: scenario_tensor_ids(models[s], moc.layer_capture[s]) for s in moc.scenarios}
+    scenario_steps = {s: _scenario_steps(models[s], moc, s, names[s]) for s in moc.scenarios}
+    users: dict[StepKey, tuple[str, ...]] = {}
+    for scenario, steps in scenario_steps.items():
+        for key in steps.keys:
+            users[key] = (*users.get(key, ()), scenario)
+
+    def next_in_every_user(first: StepKey, second: StepKey) -> bool:
+        return users[first] == users[second] and all(
+            scenario_steps[s].position[second] == scenario_steps[s].position[first] + 1 for s in users[first])
+
+    def same_wiring(run: Sequence[StepKey], added: StepKey) -> bool:
+        """Each operand of ``added`` reads, in every user, the same tensor of ``run``, or a tensor from outside."""
+        produced = {key.layer for key in run}
+        per_user = [scenario_steps[s].sources[added] for s in users[added]]
+        for operand_sources in zip(*per_user, strict=True):
+            inside = [source.split(":")[0] in produced for source in operand_sources]
+            if any(inside) and (not all(inside) or len(set(operand_sources)) > 1):
+                return False
+        return True
+
+    runs: dict[tuple[StepKey, ...], str] = {}
+    sequences: dict[str, tuple[str, ...]] = {}
+    for scenario, steps in scenario_steps.items():
+        calls: list[str] = []
+        run: list[StepKey] = []
+        for key in steps.keys:
+            if run and not (granularity == "auto" and next_in_every_user(run[-1], key) and same_wiring(run, key)):
+                calls.append(runs.setdefault(tuple(run), f"u{len(runs) + 1}"))
+                run = []
+            run.append(key)
+        calls.append(runs.setdefault(tuple(run), f"u{len(runs) + 1}"))
+        sequences[scenario] = tuple(calls)
+
+    specs: dict[str, TensorSpec] = {}
+    for scenario, model in models.items():
+        for name, spec in model.tensors.items():
+            if name in names[scenario]:
+                specs.setdefault(names[scenario][name], spec)
+    inputs = {s: {models[s].graph_inputs[0]: names[s][models[s].graph_inputs[0]]} for s in moc.scenarios}
+    outputs = {s: {name: names[s][name] for name in models[s].graph_outputs} for s in moc.scenarios}
+    units = tuple(_unit(unit_id, run, users[run[0]], scenario_steps, outputs) for run, unit_id in runs.items())
+    return UnitLayout(units, sequences, inputs, outputs, specs)
+
+
+def _unit(unit_id: str, run: tuple[StepKey, ...], scenarios: tuple[str, ...],
+          scenario_steps: Mapping[str, _ScenarioSteps], outputs: Mapping[str, Mapping[str, str]]) -> Unit:
+    """A unit's input placeholders and their tensors per user, and its outputs (read outside or graph outputs)."""
+    layers_in_run = {key.layer for key in run}
+    external: dict[tuple[str, ...], str] = {}  # the tensors an operand reads in each user → placeholder
+    produced: list[str] = []
+    for key in run:
+        per_user = [scenario_steps[s].sources[key] for s in scenarios]
+        for operand_sources in zip(*per_user, strict=True):
+            if operand_sources[0].split(":")[0] not in layers_in_run:
+                external.setdefault(operand_sources, f"in{len(external)}")
+        source_layer = scenario_steps[scenarios[0]].layers[scenario_steps[scenarios[0]].position[key]]
+        produced.extend(tensor_id(key.layer, position) for position, name in enumerate(source_layer.outputs) if name)
+    read_outside: set[str] = set()
+    for scenario in scenarios:
+        read_outside.update(outputs[scenario].values())
+        steps = scenario_steps[scenario]
+        for key in steps.keys:
+            if key.layer not in layers_in_run:
+                read_outside.update(steps.sources[key])
+    unit_outputs = tuple(t for t in produced if t in read_outside)
+    if not unit_outputs:
+        raise InputError(f"unit {unit_id} ({', '.join(k.layer for k in run)}) computes nothing any scenario uses")
+    input_tensors = {s: tuple(sources[index] for sources in external) for index, s in enumerate(scenarios)}
+    return Unit(unit_id, run, scenarios, scenarios[0], tuple(external.values()), input_tensors, unit_outputs)
+
+
+def unit_model(models: Mapping[str, CnnModel], moc: Moc, unit: Unit, tensor_specs: Mapping[str, TensorSpec],
+               app_name: str = "sbrs") -> onnx.ModelProto:
+    """The ONNX model of ``unit``, built from its source scenario's layers: data tensors produced inside the unit
+    are named by supergraph tensor id, operands read from outside by the unit's input placeholders."""
+    users = {s: _scenario_steps(models[s], moc, s, scenario_tensor_ids(models[s], moc.layer_capture[s]))
+             for s in unit.scenarios}
+    placeholder_of = {tuple(unit.input_tensors[s][index] for s in unit.scenarios): name
+                      for index, name in enumerate(unit.inputs)}
+    tensor_spec_of = {name: tensor_specs[unit.input_tensors[unit.source][index]]
+                      for index, name in enumerate(unit.inputs)}
+    source = users[unit.source]
+    layers = []
+    for key in unit.steps:
+        layer = source.layers[source.position[key]]
+        per_operand = list(zip(*(users[s].sources[key] for s in unit.scenarios), strict=True))
+        data_names = iter(tensors[0] if tensors[0].split(":")[0] in unit.layers else placeholder_of[tensors]
+                          for tensors in per_operand)
+        params = {p.name for p in layer.params}
+        operands = tuple(o if not o or o in params else next(data_names) for o in layer.operands)
+        outputs = tuple(tensor_id(key.layer, position) if o else "" for position, o in enumerate(layer.outputs))
+        layers.append(replace(layer, operands=operands, outputs=outputs))
+    model = models[unit.source]
+    return build_graph_model(
+        layers,
+        [(name, tensor_spec_of[name]) for name in unit.inputs],
+        [(t, tensor_specs[t]) for t in unit.outputs],
+        model.weights, model.opset_imports, f"{app_name}.{unit.id}",
+    )
