@@ -225,6 +225,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="override runtime.granularity of the app")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
 
+    from sbrs.server.client import add_client_commands
+
+    add_client_commands(commands, add)
+
     zoo = add("zoo", lambda _args: 2, "reference CNN architectures with seeded weights")
     zoo_commands = zoo.add_subparsers(dest="zoo_command", metavar="ZOO_COMMAND", required=True)
     zoo_list = zoo_commands.add_parser("list", help="list the zoo's models and their options")

@@ -9,13 +9,13 @@ the cache on first use, so every scenario ends up with its own ONNX file: the gr
 from __future__ import annotations
 
 import typing
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from sbrs.app.schema import AppEntry, ScenarioEntry, ScenarioFileRef
+from sbrs.app.schema import AppEntry, PolicyEntry, Requirements, ScenarioEntry, ScenarioFileRef
 from sbrs.app.yaml_lines import LocatedYaml, Path_, format_path, load_yaml, parse_path
 from sbrs.cache import cached_file, content_key
 from sbrs.errors import InputError
@@ -67,6 +67,30 @@ class RuntimeOptions:
 
 
 @dataclass(frozen=True)
+class BatteryRule:
+    """``policy.battery[i]``: below battery level ``below`` force ``scenario``, or rank by ``requirements``."""
+
+    below: float
+    scenario: str | None = None
+    requirements: RequirementSet | None = None
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """The app's ``policy:`` section, resolved (semantics in ``sbrs.control.policy``).
+
+    ``battery`` is sorted by ``below`` (lowest first). ``default_requirements`` is None only in configs built
+    by hand; ``load_app_config`` fills in the initial scenario's requirements when the file gives none.
+    """
+
+    battery: tuple[BatteryRule, ...] = ()
+    battery_hysteresis: float = 0.05
+    fps_hysteresis: float = 0.1
+    high_power: tuple[str, ...] = ()
+    default_requirements: RequirementSet | None = None
+
+
+@dataclass(frozen=True)
 class AppConfig:
     name: str
     path: str
@@ -76,6 +100,7 @@ class AppConfig:
     scenarios: tuple[ScenarioConfig, ...]
     runtime: RuntimeOptions
     memory_limit_mb: float | None
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
 
     def scenario(self, name: str) -> ScenarioConfig:
         for scenario in self.scenarios:
@@ -113,13 +138,35 @@ def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     return sorted(current.model_fields) if current else []
 
 
+def _data_path(data: Any, loc: tuple[Any, ...]) -> Path_:
+    """The part of a pydantic error location that names keys and indexes of ``data``.
+
+    Pydantic inserts the member of a union it tried (``fps.float``) and validator tags into locations; they
+    are not keys the user wrote. An unknown key (extra_forbidden) is kept: it is in the data.
+    """
+    path: list[str | int] = []
+    node = data
+    for part in loc:
+        if isinstance(node, dict) and isinstance(part, str) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        elif isinstance(node, dict) and isinstance(part, str) and not path[-1:] == [part]:
+            path.append(part)  # a missing key: the deepest place that names it
+            break
+        else:
+            continue
+        path.append(part)
+    return tuple(path)
+
+
 def _validate(model: type[BaseModel], data: Any, doc: LocatedYaml, base: Path_ = ()) -> Any:
     """Validate ``data`` against ``model``; the first error becomes a one-line ``InputError``."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         error = exc.errors()[0]
-        loc = tuple(part for part in error["loc"] if isinstance(part, (str, int)))
+        loc = _data_path(data, error["loc"])
         kind = error["type"]
         if kind == "extra_forbidden":
             allowed = _allowed_keys(model, loc)
@@ -204,6 +251,35 @@ def _scenario_entry(raw: Any, app_doc: LocatedYaml, index: int) -> tuple[Scenari
     return _validate(ScenarioEntry, doc.data, doc), doc, ()
 
 
+def _requirement_set(requirements: Requirements) -> RequirementSet:
+    return RequirementSet(**{key: float(value) for key, value in requirements.model_dump().items()})
+
+
+def _resolve_policy(entry: PolicyEntry, names: list[str], initial: RequirementSet, doc: LocatedYaml) -> PolicyConfig:
+    """Check the policy's references (scenario names, distinct thresholds) and resolve it."""
+    known = f"scenarios: {', '.join(names)}"
+    seen: dict[float, int] = {}
+    for index, rule in enumerate(entry.battery):
+        if rule.scenario is not None and rule.scenario not in names:
+            raise doc.error(("policy", "battery", index, "scenario"), f"unknown scenario '{rule.scenario}' ({known})")
+        if rule.below in seen:
+            raise doc.error(("policy", "battery", index, "below"),
+                            f"duplicate threshold {rule.below:g} (first: policy.battery[{seen[rule.below]}])")
+        seen[rule.below] = index
+    for index, name in enumerate(entry.high_power):
+        if name not in names:
+            raise doc.error(("policy", "high_power", index), f"unknown scenario '{name}' ({known})")
+        if name in entry.high_power[:index]:
+            raise doc.error(("policy", "high_power", index), f"duplicate entry '{name}'")
+    rules = sorted((BatteryRule(float(rule.below), rule.scenario,
+                                None if rule.requirements is None else _requirement_set(rule.requirements))
+                    for rule in entry.battery), key=lambda rule: rule.below)
+    default = initial if entry.default_requirements is None else _requirement_set(entry.default_requirements)
+    return PolicyConfig(battery=tuple(rules), battery_hysteresis=float(entry.hysteresis.battery),
+                        fps_hysteresis=float(entry.hysteresis.fps), high_power=tuple(entry.high_power),
+                        default_requirements=default)
+
+
 def load_app_config(path: str | Path) -> AppConfig:
     """Read and validate an app YAML and its scenario files; resolve every scenario's ONNX file."""
     doc = load_yaml(path)
@@ -235,4 +311,5 @@ def load_app_config(path: str | Path) -> AppConfig:
         runtime=RuntimeOptions(tuple(app.runtime.providers), app.runtime.threads, app.runtime.granularity,
                                app.runtime.transition),
         memory_limit_mb=app.memory_limit_mb,
+        policy=_resolve_policy(app.policy, names, scenarios[names.index(initial)].requirements, doc),
     )

@@ -95,6 +95,36 @@ class RuntimeEntry(Strict):
     transition: Literal["sbrs-tp", "naive"] = "sbrs-tp"
 
 
+class BatteryThresholdEntry(Strict):
+    """``policy.battery[i]``: below this battery level, force ``scenario`` or rank by ``requirements``."""
+
+    below: Weight
+    scenario: Name | None = None
+    requirements: Requirements | None = None
+
+    @model_validator(mode="after")
+    def _one_action(self) -> BatteryThresholdEntry:
+        if (self.scenario is None) == (self.requirements is None):
+            raise ValueError("give exactly one of 'scenario' (forced) or 'requirements' (weights to rank by)")
+        return self
+
+
+class HysteresisEntry(Strict):
+    """``policy.hysteresis``: absolute battery margin, relative fps margin (see ``sbrs.control.policy``)."""
+
+    battery: Annotated[Number, Field(ge=0, le=1)] = 0.05
+    fps: Annotated[Number, Field(ge=0, lt=1)] = 0.1
+
+
+class PolicyEntry(Strict):
+    """``policy:``: how environment values choose a scenario (``sbrs.control.policy``); every key optional."""
+
+    battery: list[BatteryThresholdEntry] = []
+    hysteresis: HysteresisEntry = HysteresisEntry()
+    high_power: list[Name] = []
+    default_requirements: Requirements | None = None
+
+
 class AppEntry(Strict):
     name: Name
     input: InputSpecEntry
@@ -103,6 +133,7 @@ class AppEntry(Strict):
     scenarios: Annotated[list[dict[str, Any]], Field(min_length=1)]
     runtime: RuntimeEntry = RuntimeEntry()
     memory_limit_mb: Annotated[Number, Field(gt=0)] | None = None
+    policy: PolicyEntry = PolicyEntry()
 
     @field_validator("adaptive")
     @classmethod
