@@ -147,16 +147,14 @@ def _data_path(data: Any, loc: tuple[Any, ...]) -> Path_:
     path: list[str | int] = []
     node = data
     for part in loc:
-        if isinstance(node, dict) and isinstance(part, str) and part in node:
+        in_mapping = isinstance(node, dict) and isinstance(part, str)
+        in_list = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        if (in_mapping and part in node) or in_list:
             node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
-            node = node[part]
-        elif isinstance(node, dict) and isinstance(part, str) and not path[-1:] == [part]:
-            path.append(part)  # a missing key: the deepest place that names it
+            path.append(part)
+        elif in_mapping:
+            path.append(part)  # a key the data lacks (missing or unknown): the deepest place that names it
             break
-        else:
-            continue
-        path.append(part)
     return tuple(path)
 
 
