@@ -1,0 +1,69 @@
+"""What a running app reports as it goes: the seam between the control node and observers such as metrics.
+
+The control node (``sbrs run``'s loop, switching, the socket controller) calls a ``RunObserver``'s methods
+as things happen; observers must return quickly and never raise into the caller. ``Observers`` fans one
+event out to several observers. Names and meanings are the contract the metrics stage relies on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+#: Results of a switch request as counted by observers (``request_handled``); rejected ones carry a reason
+#: such as ``rejected:unknown_scenario`` or ``rejected:bad_field``.
+REQUEST_RESULTS = ("accepted", "replaced", "rejected")
+
+
+class RunObserver(Protocol):
+    """Events of a running app (every method optional in spirit: implement them all, as no-ops if unused)."""
+
+    def started(self, scenario: str, facts: Mapping[str, Any]) -> None:
+        """The runtime is loaded and about to serve frames; ``facts`` holds plan figures (arena bytes, ...)."""
+
+    def state_changed(self, state: str, scenario: str) -> None:
+        """The control node entered ``state`` (loading, running, switching, stopping, stopped)."""
+
+    def frame_done(self, scenario: str, seconds: float) -> None:
+        """A frame finished on ``scenario`` after ``seconds`` of inference."""
+
+    def switch_done(self, old: str, new: str, response_delay_s: float) -> None:
+        """A switch ended: Δ = time from the request's arrival to the first output of ``new`` (thesis 5.9)."""
+
+    def request_handled(self, op: str, result: str) -> None:
+        """A control request (``switch``/``env``/``status``) ended as ``accepted``, ``replaced`` or ``rejected:*``."""
+
+    def environment_changed(self, values: Mapping[str, Any]) -> None:
+        """The last known environment values (battery, min_fps, energy_budget_j, ...), None for unknown."""
+
+
+class Observers:
+    """Forward every event to each observer; an observer that raises is skipped, never the caller."""
+
+    def __init__(self, observers: Iterable[RunObserver] = ()) -> None:
+        self._observers = tuple(observers)
+
+    def _emit(self, event: str, *args: Any) -> None:
+        for observer in self._observers:
+            try:
+                getattr(observer, event)(*args)
+            except Exception:  # an observer must never break inference or switching
+                continue
+
+    def started(self, scenario: str, facts: Mapping[str, Any]) -> None:
+        self._emit("started", scenario, facts)
+
+    def state_changed(self, state: str, scenario: str) -> None:
+        self._emit("state_changed", state, scenario)
+
+    def frame_done(self, scenario: str, seconds: float) -> None:
+        self._emit("frame_done", scenario, seconds)
+
+    def switch_done(self, old: str, new: str, response_delay_s: float) -> None:
+        self._emit("switch_done", old, new, response_delay_s)
+
+    def request_handled(self, op: str, result: str) -> None:
+        self._emit("request_handled", op, result)
+
+    def environment_changed(self, values: Mapping[str, Any]) -> None:
+        self._emit("environment_changed", values)
