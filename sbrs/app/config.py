@@ -8,6 +8,7 @@ the cache on first use, so every scenario ends up with its own ONNX file: the gr
 
 from __future__ import annotations
 
+import ipaddress
 import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from sbrs.app.schema import AppEntry, PolicyEntry, Requirements, ScenarioEntry, ScenarioFileRef
+from sbrs.app.schema import AppEntry, MetricsEntry, PolicyEntry, Requirements, ScenarioEntry, ScenarioFileRef
 from sbrs.app.yaml_lines import LocatedYaml, Path_, format_path, load_yaml, parse_path
 from sbrs.cache import cached_file, content_key
 from sbrs.errors import InputError
@@ -91,6 +92,29 @@ class PolicyConfig:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    """The app's ``metrics:`` section: where ``sbrs run`` serves Prometheus metrics (off while ``port`` is None).
+
+    ``address`` must be a loopback address unless ``allow_remote`` is set (see ``is_loopback_host``).
+    """
+
+    port: int | None = None
+    address: str = "127.0.0.1"
+    allow_remote: bool = False
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for ``localhost`` and loopback IP literals (127.0.0.0/8, ::1); False for any other name or address."""
+    text = host.strip().strip("[]")
+    if text.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(text).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
 class AppConfig:
     name: str
     path: str
@@ -101,6 +125,7 @@ class AppConfig:
     runtime: RuntimeOptions
     memory_limit_mb: float | None
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     def scenario(self, name: str) -> ScenarioConfig:
         for scenario in self.scenarios:
@@ -278,6 +303,14 @@ def _resolve_policy(entry: PolicyEntry, names: list[str], initial: RequirementSe
                         default_requirements=default)
 
 
+def _resolve_metrics(entry: MetricsEntry, doc: LocatedYaml) -> MetricsConfig:
+    """The ``metrics:`` section; a non-loopback address needs ``allow_remote: true``."""
+    if not entry.allow_remote and not is_loopback_host(entry.address):
+        raise doc.error(("metrics", "address"), f"'{entry.address}' is not a loopback address; set"
+                        " metrics.allow_remote: true to serve metrics beyond this machine")
+    return MetricsConfig(port=entry.port, address=entry.address, allow_remote=entry.allow_remote)
+
+
 def load_app_config(path: str | Path) -> AppConfig:
     """Read and validate an app YAML and its scenario files; resolve every scenario's ONNX file."""
     doc = load_yaml(path)
@@ -310,4 +343,5 @@ def load_app_config(path: str | Path) -> AppConfig:
                                app.runtime.transition),
         memory_limit_mb=app.memory_limit_mb,
         policy=_resolve_policy(app.policy, names, scenarios[names.index(initial)].requirements, doc),
+        metrics=_resolve_metrics(app.metrics, doc),
     )

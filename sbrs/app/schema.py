@@ -12,6 +12,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
@@ -125,6 +126,14 @@ class PolicyEntry(Strict):
     default_requirements: Requirements | None = None
 
 
+class MetricsEntry(Strict):
+    """``metrics:``: the Prometheus endpoint of ``sbrs run`` (``sbrs.metrics``); off while ``port`` is null."""
+
+    port: Annotated[StrictInt, Field(ge=1, le=65535)] | None = None
+    address: Annotated[StrictStr, Field(min_length=1, max_length=255)] = "127.0.0.1"
+    allow_remote: StrictBool = False
+
+
 class AppEntry(Strict):
     name: Name
     input: InputSpecEntry
@@ -134,6 +143,7 @@ class AppEntry(Strict):
     runtime: RuntimeEntry = RuntimeEntry()
     memory_limit_mb: Annotated[Number, Field(gt=0)] | None = None
     policy: PolicyEntry = PolicyEntry()
+    metrics: MetricsEntry = MetricsEntry()
 
     @field_validator("adaptive")
     @classmethod

@@ -85,15 +85,16 @@ class AppPlan:
 
 
 def app_fingerprint(app: App) -> str:
-    """Identity of what a plan depends on: the validated config and the bytes of every scenario's model."""
+    """Identity of what a plan depends on: input, A, memory limit, scenario names and every model's bytes.
+
+    Runtime, policy and metrics settings do not change the plan, so editing them does not make it stale.
+    """
+    config = app.config
     digest = hashlib.sha256()
-    config = app.config.to_dict()
-    config.pop("path", None)
-    for scenario in config["scenarios"]:
-        scenario.pop("defined_in", None)
-        scenario.pop("model_path", None)
-    digest.update(json.dumps(config, sort_keys=True, default=str).encode())
-    for scenario in app.config.scenarios:
+    basis = {"input": asdict(config.input), "adaptive": list(config.adaptive),
+             "memory_limit_mb": config.memory_limit_mb, "scenarios": list(config.scenario_names)}
+    digest.update(json.dumps(basis, sort_keys=True).encode())
+    for scenario in config.scenarios:
         digest.update(hashlib.sha256(Path(scenario.model_path).read_bytes()).digest())
     return digest.hexdigest()[:32]
 

@@ -78,7 +78,14 @@ def test_saved_plan_loads_and_stale_or_tampered_plans_are_refused(tmp_path: Path
     with pytest.raises(InputError, match="checksum mismatch"):
         load_plan(tampered, app)
 
+    # Settings the plan does not depend on leave it valid; the models and A do not.
     app_file.write_text(app_file.read_text().replace("accuracy: 90.0, fps: 800", "accuracy: 91.0, fps: 800"))
+    assert load_plan(path, load_app(app_file)).fingerprint == plan.fingerprint
+    app_file.write_text(app_file.read_text().replace("adaptive: [I, O, par]", "adaptive: [I, O]"))
+    with pytest.raises(InputError, match="stale plan"):
+        load_plan(path, load_app(app_file))
+    app_file.write_text(app_file.read_text().replace("adaptive: [I, O]", "adaptive: [I, O, par]").replace(
+        "{name: head, op: fc, out: 10}", "{name: head, op: fc, out: 12}"))
     with pytest.raises(InputError, match="stale plan"):
         load_plan(path, load_app(app_file))
 
