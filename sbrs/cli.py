@@ -95,9 +95,24 @@ def cmd_build(args: argparse.Namespace) -> int:
     plan = build_plan(app)
     plan_path = save_plan(plan, args.plan or default_plan_path(app))
     limit_mb = args.memory_limit if args.memory_limit is not None else app.config.memory_limit_mb
-    needed = plan.memory.params_bytes + plan.memory.arena_bytes
     report = {**plan.report(), "plan_path": str(plan_path), "tensors_in_arena": "all",
               "memory_limit_bytes": None if limit_mb is None else int(limit_mb * 1e6)}
+    reduction = None
+    if limit_mb is not None:  # thesis Algorithm 9 (sbrs.runtime.parts_build): early exit, else the GA
+        from sbrs.reduction import GaParams
+        from sbrs.runtime.parts_build import parse_min_fps, progress_printer, reduce_app, reduction_path, save_reduction
+
+        if limit_mb <= 0:
+            raise InputError(f"memory limit must be > 0 MB, got {limit_mb:g}", field="memory_limit_mb")
+        params = GaParams(seed=args.seed, population=args.population, generations=args.generations)
+        reduction = reduce_app(app, plan, int(limit_mb * 1e6), min_fps=parse_min_fps(args.min_fps),
+                               min_fps_ratio=args.min_fps_ratio, cost=args.cost, params=params,
+                               progress=progress_printer(sys.stderr))
+        reduction["path"] = str(save_reduction(reduction, plan, reduction_path(plan_path)))
+        figures = reduction["figures"]
+        report.update(unreduced={key: report[key] for key in ("arena_bytes", "reuse_bytes", "lower_bound_bytes")},
+                      arena_bytes=figures["arena_bytes"], reuse_bytes=figures["reuse_bytes"],
+                      lower_bound_bytes=figures["lower_bound_bytes"], reduction=reduction)
     if args.json:
         _print_json(report)
     else:
@@ -114,10 +129,15 @@ def cmd_build(args: argparse.Namespace) -> int:
             print(f"{name:<16} {_mb(figures.params_bytes):>8} {_mb(figures.naive_bytes):>8}"
                   f" {_mb(figures.arena_bytes):>8} {_mb(figures.lower_bound_bytes):>8}")
         print(f"plan saved to {plan_path}")
-    if limit_mb is not None and needed > limit_mb * 1e6:
-        raise InputError(f"memory limit {limit_mb:g} MB: parameters plus the arena need {_mb(needed)} MB, the smallest"
-                         " this version reaches (buffer reduction by processing by parts is not implemented yet)",
-                         field="memory_limit_mb")
+        if reduction is not None:
+            from sbrs.runtime.parts_build import format_reduction
+
+            print(format_reduction(reduction))
+            print(f"reduction saved to {reduction['path']}")
+    if reduction is not None and reduction["violations"]:
+        failing = reduction["violations"]
+        raise InputError(f"constraint not met: {'; '.join(failing)}",
+                         field="min_fps" if failing[0].startswith("min_fps") else "memory_limit_mb")
     return 0
 
 
@@ -125,12 +145,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     from sbrs.runtime.loop import run_app
 
     return run_app(args.app, frames=args.frames, source=args.input, output=args.output, seed=args.seed,
-                   granularity=args.granularity)
+                   granularity=args.granularity, transition=args.transition, socket_path=args.socket,
+                   listen=args.listen, no_socket=args.no_socket)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from sbrs.runtime.bench import bench_app, format_report
+    from sbrs.runtime.bench import bench_app, format_report, format_switching, measure_switching
 
+    if args.switching:
+        report = measure_switching(args.app, repeats=args.repeats, granularity=args.granularity,
+                                   transition_arena=args.transition_arena, ssr_steps=args.ssr_steps)
+        if args.json:
+            _print_json(report)
+        else:
+            print(format_switching(report))
+        return 0
     report = bench_app(args.app, frames=args.frames, repeats=args.repeats, granularity=args.granularity)
     if args.json:
         _print_json(report)
@@ -205,7 +234,18 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--plan", metavar="FILE", default=None,
                        help="where to save the plan (default: APP.plan.json beside the app file)")
     build.add_argument("--memory-limit", type=float, default=None, metavar="MB",
-                       help="M^c: fail (exit 2) when parameters plus buffers exceed it (default: app memory_limit_mb)")
+                       help="M^c: parameters plus buffers; above what reuse alone reaches, choose layers to process by "
+                            "parts (thesis Algorithm 9; default: app memory_limit_mb); exit 2 when unreachable")
+    build.add_argument("--min-fps", action="append", default=None, metavar="SCENARIO=FPS",
+                       help="T^c_n: a scenario's minimum throughput under the cost model (repeatable)")
+    build.add_argument("--min-fps-ratio", type=float, default=None, metavar="R",
+                       help="every scenario at least R times its unreduced throughput under the cost model")
+    build.add_argument("--cost", choices=("auto", "analytic", "measured"), default="auto",
+                       help="throughput model of the search: measured on this machine (cached), analytic, or auto "
+                            "(the cached measured table if any, else analytic)")
+    build.add_argument("--seed", type=int, default=0, help="seed of the genetic search")
+    build.add_argument("--population", type=int, default=24, help="GA population")
+    build.add_argument("--generations", type=int, default=16, help="GA generations")
 
     run = add("run", cmd_run, "run the app (the main job)")
     run.add_argument("app", metavar="APP.yaml")
@@ -216,6 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0, help="seed of the random frames")
     run.add_argument("--granularity", choices=("auto", "layer"), default=None,
                      help="override runtime.granularity of the app")
+    run.add_argument("--transition", choices=("sbrs-tp", "naive"), default=None,
+                     help="override runtime.transition of the app (how switches run)")
+    where = run.add_mutually_exclusive_group()
+    where.add_argument("--socket", default=None, metavar="PATH",
+                       help="control socket (default: $XDG_RUNTIME_DIR/sbrs/APP.sock, else /tmp/sbrs-UID/APP.sock)")
+    where.add_argument("--no-socket", action="store_true", help="serve no control socket")
+    run.add_argument("--listen", default=None, metavar="HOST:PORT",
+                     help="also serve the control protocol on TCP, loopback addresses only")
 
     bench = add("bench", cmd_bench, "throughput per scenario against plain ONNX Runtime, and process memory")
     bench.add_argument("app", metavar="APP.yaml")
@@ -223,6 +271,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=3, help="timed blocks per side and scenario (median)")
     bench.add_argument("--granularity", choices=("auto", "layer"), default=None,
                        help="override runtime.granularity of the app")
+    bench.add_argument("--switching", action="store_true",
+                       help="switch response delay of every ordered pair, naive vs SBRS-TP (thesis Figure 5.7)")
+    bench.add_argument("--transition-arena", choices=("shadow", "shared"), default=None,
+                       help="with --switching: SBRS-TP's arena (default shadow)")
+    bench.add_argument("--ssr-steps", choices=("all", "first"), default="all",
+                       help="with --switching: average over every SSR step, or only the first old step")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
 
     from sbrs.server.client import add_client_commands

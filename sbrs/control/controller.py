@@ -8,6 +8,8 @@ thread: the server calls them from worker threads, never from the inference loop
 and calls the ``switch(name)`` callable it was given when the decision differs from the current scenario.
 ``switch`` must not block on inference: it should only record the switch request (the runtime applies it
 between frames). It is called with the controller's lock held, so switches are issued in decision order.
+With ``switch_source=True`` it is called as ``switch(name, source)`` (``socket``, ``api``, ``environment``,
+...), so the runtime's control node can tell client requests from policy decisions.
 
 Explicit switches bypass the policy: ``request_switch`` switches at once and the controller enters
 ``explicit`` mode. The policy is not consulted again until the next environment update (or ``reevaluate``),
@@ -59,10 +61,11 @@ class Controller(Protocol):
 class PolicyController:
     """A ``Controller`` that applies the app's ``Policy`` on environment updates (module docstring)."""
 
-    def __init__(self, config: AppConfig, switch: Callable[[str], object], *, current: str | None = None,
-                 policy: Policy | None = None) -> None:
+    def __init__(self, config: AppConfig, switch: Callable[..., object], *, current: str | None = None,
+                 policy: Policy | None = None, switch_source: bool = False) -> None:
         self._config = config
         self._switch = switch
+        self._switch_source = switch_source  # call switch(name, source): who asked (socket, environment, ...)
         self._policy = policy or Policy(config)
         self._lock = threading.Lock()
         self._current = current or config.initial
@@ -181,7 +184,10 @@ class PolicyController:
         if scenario == self._current:
             return
         try:
-            self._switch(scenario)
+            if self._switch_source:
+                self._switch(scenario, source)
+            else:
+                self._switch(scenario)
         except SbrsError as exc:
             raise RequestError("switch_failed", f"switch to '{scenario}' failed: {exc}") from None
         self._current = scenario

@@ -13,19 +13,18 @@ Pipeline (each stage a frozen, JSON-ready value):
 - :mod:`~sbrs.reduction.cost`: the throughput estimate (:class:`CostModel`);
 - :mod:`~sbrs.reduction.ga`: Algorithm 10 (:func:`plan_reduction`) and Algorithm 9 (:func:`reduce_buffers`).
 
-What an executor does with a :class:`ReductionPlan` (design time ends here; nothing below is implemented):
+What an executor does with a :class:`ReductionPlan` (implemented in :mod:`sbrs.runtime.parts`, which
+compiles the schedule into ONNX Runtime calls and documents the choices: fused band calls, a row-major
+``[H, N, C, W]`` layout, sliding line buffers instead of rings, one arena checked with ``check_plan``):
 
-1. allocate one ring per tensor of ``plan.schedules[s].buffers`` (``rows`` slots of ``row_bytes``), at the
-   arena offset ``plan.arena.offset_of(f"{s}/{tensor}")``; row ``r`` lives in slot ``r mod rows``;
+1. allocate one buffer per tensor of ``plan.schedules[s].buffers`` (``rows`` slots of ``row_bytes``);
 2. walk ``schedule.firings`` in order; for firing ``(layer, k)`` take ``graph.layer(layer)``: it writes
    output rows ``out_rows[k-1]``; for each input it reads rows ``inputs[i].rows[k-1]`` and pads them with
    ``inputs[i].pads[k-1]`` rows above/below: the band's top/bottom ``pads`` attribute, replacing the layer's
    own (left/right unchanged; the op's padding semantics stay, zeros for Conv, ignored for MaxPool), so a
-   layer needs up to three pad variants (first, middle, last band); a one-phase layer runs whole;
-3. a band's rows can wrap around the end of a ring: copy them into a contiguous scratch band, or give the
-   ring ``window - 1`` spare rows and move the kept rows (``inputs[i].kept``) to its start when it wraps;
-4. run each region of :func:`reducible_regions` as ORT sessions of dynamic height (DESIGN.md: bands are
-   bit-identical), then measure ``layer_seconds`` per band height into a :class:`MeasuredCostModel`.
+   layer needs a few pad variants (first bands, middle, last bands); a one-phase layer runs whole;
+3. measure ``layer_seconds`` per band height into a :class:`MeasuredCostModel`
+   (:mod:`sbrs.runtime.parts_cost`) and feed it to :func:`reduce_buffers`.
 """
 
 from sbrs.reduction.cost import (

@@ -45,7 +45,7 @@ from sbrs.model.cnn import INPUT_OP, CnnModel, params_bytes
 from sbrs.reduction.cost import AnalyticCostModel, CostModel, model_fps
 from sbrs.reduction.csdf import CsdfGraph, cnn_to_csdf
 from sbrs.reduction.phases import full_bands, normalize_bands, phases_of
-from sbrs.reduction.rows import is_row_local, layer_height
+from sbrs.reduction.rows import ROWWISE_OPS, is_row_local, layer_height, layer_row_maps
 from sbrs.reduction.schedule import Schedule, reduced_problem, schedule_csdf
 
 __all__ = [
@@ -62,6 +62,11 @@ __all__ = [
 Scenarios = Mapping[str, CnnModel] | Sequence[CnnModel]
 Progress = Callable[[int, int], None]
 
+
+
+def _mb(nbytes: int) -> str:
+    """Bytes as the megabytes users give limits in (1 MB = 10^6 bytes)."""
+    return f"{nbytes / 1e6:.6g} MB"
 
 def _scenarios(scenarios: Scenarios) -> dict[str, CnnModel]:
     if isinstance(scenarios, Mapping):
@@ -152,7 +157,9 @@ class GaParams:
 
     ``mutation`` is the probability that an offspring gets one single-gene mutation; ``crossover`` that a
     pair of parents is recombined. ``threshold_seeds`` adds the per-height threshold chromosomes to the
-    initial population (see the module docstring).
+    initial population (see the module docstring). ``tie_followers`` gives an element-wise layer that reads
+    the rows of one row-local producer 1:1 (BatchNormalization, activations, the Add of a residual) its
+    producer's gene instead of its own (:func:`reduction_genes`).
     """
 
     population: int = 24
@@ -162,23 +169,44 @@ class GaParams:
     candidates: tuple[int, ...] = (0, 32, 16, 8, 4, 2, 1)
     seed: int = 0
     threshold_seeds: bool = True
+    tie_followers: bool = True
 
 
 @dataclass(frozen=True)
 class Gene:
-    """One gene: the band height of ``layer`` in ``scenario``, one of ``choices`` (``choices[0]`` = whole)."""
+    """One gene: the band height of ``layer`` in ``scenario``, one of ``choices`` (``choices[0]`` = whole).
+
+    ``followers`` take the same band (tied element-wise layers, see :func:`reduction_genes`).
+    """
 
     scenario: str
     layer: str
     height: int
     choices: tuple[int, ...]
+    followers: tuple[str, ...] = ()
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        """The layer and its followers: every layer this gene sets."""
+        return (self.layer, *self.followers)
 
 
 def reduction_genes(models: Mapping[str, CnnModel], candidates: Sequence[int] = GaParams.candidates, *,
-                    stream_input: bool = False) -> tuple[Gene, ...]:
-    """Algorithm 9, line 6, generalised: one gene per row-local layer taller than one row of every scenario."""
+                    stream_input: bool = False, tie_followers: bool = False) -> tuple[Gene, ...]:
+    """Algorithm 9, line 6, generalised: one gene per row-local layer taller than one row of every scenario.
+
+    ``tie_followers``: an element-wise layer (:data:`~sbrs.reduction.rows.ROWWISE_OPS`) whose inputs are all
+    read 1:1 and whose latest-produced input comes from a row-local layer of the same height follows that
+    layer's gene (transitively). Such a layer can only be fused into its producer's band call by an executor
+    when both have the same band (``sbrs.runtime.parts``); an independent gene mostly yields unfused, slower
+    configurations and a larger search space for no memory gain.
+    """
     genes: list[Gene] = []
     for scenario, model in models.items():
+        producer = {t: layer for layer in model.layers for t in layer.outputs if t}
+        position = {layer.name: i for i, layer in enumerate(model.layers)}
+        root: dict[str, str] = {}
+        own: list[tuple[str, int, tuple[int, ...]]] = []
         for layer in model.layers:
             if layer.op == INPUT_OP and not stream_input:
                 continue
@@ -186,8 +214,24 @@ def reduction_genes(models: Mapping[str, CnnModel], candidates: Sequence[int] = 
                 continue
             height = layer_height(layer)
             choices = tuple(dict.fromkeys([height, *(height if c <= 0 else min(int(c), height) for c in candidates)]))
-            if len(choices) > 1:
-                genes.append(Gene(scenario, layer.name, height, choices))
+            if len(choices) <= 1:
+                continue
+            if tie_followers and layer.op in ROWWISE_OPS:
+                maps = layer_row_maps(model, layer)
+                sources = [producer[t] for t in layer.inputs if t in producer and maps[t].kind == "window"]
+                if sources and all(m.kind != "whole" for m in maps.values()):
+                    source = max(sources, key=lambda s: position[s.name])
+                    if source.name in root and layer_height(source) == height:
+                        root[layer.name] = root[source.name]
+                        continue
+            root[layer.name] = layer.name
+            own.append((layer.name, height, choices))
+        followers: dict[str, list[str]] = {}
+        for name, head in root.items():
+            if name != head:
+                followers.setdefault(head, []).append(name)
+        genes.extend(Gene(scenario, name, height, choices, tuple(followers.get(name, ())))
+                     for name, height, choices in own)
     return tuple(genes)
 
 
@@ -289,7 +333,8 @@ class _Evaluator:
     def bands(self, chromosome: tuple[int, ...]) -> dict[str, dict[str, int]]:
         result = {s: dict(b) for s, b in self.full.items()}
         for gene, value in zip(self.genes, chromosome, strict=True):
-            result[gene.scenario][gene.layer] = gene.choices[value]
+            for layer in gene.layers:
+                result[gene.scenario][layer] = gene.choices[value]
         return result
 
     def _scenario(self, scenario: str, chromosome: tuple[int, ...]) -> tuple[Schedule, float]:
@@ -297,7 +342,8 @@ class _Evaluator:
         if key not in self._schedules:
             bands = dict(self.full[scenario])
             for i in self.slots[scenario]:
-                bands[self.genes[i].layer] = self.genes[i].choices[chromosome[i]]
+                for layer in self.genes[i].layers:
+                    bands[layer] = self.genes[i].choices[chromosome[i]]
             model = self.models[scenario]
             schedule = schedule_csdf(cnn_to_csdf(model, bands, name=scenario))
             self._schedules[key] = (schedule, model_fps(model, bands, self.cost))
@@ -311,7 +357,8 @@ class _Evaluator:
             sparse: dict[str, dict[str, int]] = {}
             for gene, value in zip(self.genes, chromosome, strict=True):
                 if value:
-                    sparse.setdefault(gene.scenario, {})[gene.layer] = gene.choices[value]
+                    for layer in gene.layers:
+                        sparse.setdefault(gene.scenario, {})[layer] = gene.choices[value]
             self.points[chromosome] = Point(self.params + arena, self.params, arena,
                                             {s: p[1] for s, p in parts.items()}, sparse)
         return self.points[chromosome]
@@ -393,7 +440,8 @@ def reduce_buffers(scenarios: Scenarios, *, memory_limit: int | None = None,
     if params.population < 2 or params.generations < 0:
         raise InputError("GA needs a population of at least 2 and generations >= 0", field="ga")
     names = list(models)
-    genes = reduction_genes(models, params.candidates, stream_input=stream_input)
+    genes = reduction_genes(models, params.candidates, stream_input=stream_input,
+                            tie_followers=params.tie_followers)
     evaluate = _Evaluator(models, genes, cost, alignment)
     whole = tuple(0 for _ in genes)
     unreduced = evaluate(whole)  # lines 1-2
@@ -411,8 +459,8 @@ def reduce_buffers(scenarios: Scenarios, *, memory_limit: int | None = None,
         if progress is not None:
             progress(params.generations, params.generations)
         if memory_limit is not None and unreduced.memory_bytes > memory_limit:
-            raise InputError(f"memory limit {memory_limit} bytes is below the smallest memory reachable: "
-                             f"{unreduced.memory_bytes} bytes (no layer can be processed by parts)",
+            raise InputError(f"memory limit {_mb(memory_limit)} is below the smallest memory reachable: "
+                             f"{_mb(unreduced.memory_bytes)} (no layer can be processed by parts)",
                              field="memory_limit")
         return result(whole, unreduced, [unreduced], True, 0)  # lines 4-5
 
@@ -453,8 +501,9 @@ def reduce_buffers(scenarios: Scenarios, *, memory_limit: int | None = None,
     lowest = min(point.memory_bytes for _, point in evaluated)
     if memory_limit is not None and lowest > memory_limit:
         best = min((p for _, p in evaluated), key=lambda p: p.memory_bytes)
-        raise InputError(f"memory limit {memory_limit} bytes is below the smallest memory any band configuration "
-                         f"reached: {lowest} bytes (parameters {best.params_bytes} + buffers {best.arena_bytes})",
+        raise InputError(f"memory limit {_mb(memory_limit)} is below the smallest memory any band configuration "
+                         f"reached: {_mb(lowest)} ({lowest} bytes: parameters {_mb(best.params_bytes)}"
+                         f" + buffers {_mb(best.arena_bytes)})",
                          field="memory_limit")
     front = _front(evaluated, names, fitness)
     chromosome, point = _pick(front, memory_limit, min_fps, names)  # lines 9-16

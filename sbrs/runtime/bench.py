@@ -196,3 +196,92 @@ def format_report(report: dict[str, Any]) -> str:
                      f"{report['rss_bytes'] / 1e6:.1f} MB, separate ORT sessions "
                      f"{report['ort_rss_bytes'] / 1e6:.1f} MB, ratio {ratio if ratio is None else f'{ratio:.3f}'}")
     return "\n".join(lines)
+
+
+# -- switching: the response delay Δ of every ordered pair (thesis Figure 5.7) ----------------------------
+
+
+def measure_switching(app_path: str, *, repeats: int = 7, granularity: str | None = None,
+                      transition_arena: str | None = None, ssr_steps: str = "all") -> dict[str, Any]:
+    """Δ for every ordered pair o → n under naive switching and SBRS-TP, as in thesis Figure 5.7.
+
+    One runtime per mode (naive: the minimal ``shared`` arena; SBRS-TP: ``transition_arena``, default
+    ``shadow``), loaded in this process. For each pair and each SSR step s (``ssr_steps``: ``first`` or
+    ``all`` old steps; the SSR arrives as old step s starts, ``Runtime.measure_switch``), the two modes run
+    alternately ``repeats`` times and each Δ is the median (DESIGN.md, "Benchmarks"). ``naive_s``/``tp_s``:
+    s = 1 (Figure 5.7); ``naive_avg_s``/``tp_avg_s``: mean over s. ``new_latency_s``: median latency of a
+    frame on n alone, the physical floor of Δ when the SSR arrives at a frame boundary.
+    """
+    from sbrs.app import load_app
+
+    if repeats < 1:
+        raise InputError(f"--repeats {repeats}: must be >= 1")
+    app = load_app(app_path)
+    shape, dtype = app.config.input.shape, app.config.input.dtype
+    rng = np.random.default_rng(0)
+    frames = (rng.standard_normal(shape).astype(dtype), rng.standard_normal(shape).astype(dtype))
+    naive = app.runtime(granularity=granularity, transition="naive")
+    tp = app.runtime(granularity=granularity, transition="sbrs-tp", transition_arena=transition_arena)
+    del app
+    pairs: dict[str, Any] = {}
+    with naive, tp:
+        scenarios = tp.scenarios
+        latency: dict[str, float] = {}
+        for scenario in scenarios:
+            tp.switch(scenario, "bench")
+            for _ in range(WARMUP_FRAMES):
+                tp.infer(frames[0])
+            times = []
+            for _ in range(max(repeats, 5)):
+                start = time.perf_counter()
+                tp.infer(frames[0])
+                times.append(time.perf_counter() - start)
+            latency[scenario] = statistics.median(times)
+        for old in scenarios:
+            for new in scenarios:
+                if old == new:
+                    continue
+                steps = len(tp.plan.sequences[old])
+                chosen = [1] if ssr_steps == "first" else list(range(1, steps + 1))
+                by_step: dict[str, list[float]] = {"naive": [], "tp": []}
+                overlapped = 0
+                for step in chosen:
+                    samples: dict[str, list[float]] = {"naive": [], "tp": []}
+                    for _ in range(repeats):
+                        samples["naive"].append(naive.measure_switch(old, new, frames, ssr_step=step)
+                                                .response_delay_s)
+                        record = tp.measure_switch(old, new, frames, ssr_step=step)
+                        samples["tp"].append(record.response_delay_s)
+                        if step == 1:
+                            overlapped = record.overlapped_steps
+                    for key in by_step:
+                        by_step[key].append(statistics.median(samples[key]))
+                naive_s, tp_s = by_step["naive"][0], by_step["tp"][0]
+                pairs[f"{old}->{new}"] = {
+                    "naive_s": round(naive_s, 7), "tp_s": round(tp_s, 7), "new_latency_s": round(latency[new], 7),
+                    "naive_avg_s": round(statistics.mean(by_step["naive"]), 7),
+                    "tp_avg_s": round(statistics.mean(by_step["tp"]), 7),
+                    "tp_over_naive": round(tp_s / naive_s, 4), "tp_over_new_latency": round(tp_s / latency[new], 4),
+                    "old_steps": steps, "new_steps": len(tp.plan.sequences[new]), "overlapped_steps": overlapped,
+                }
+        ratios = [row["tp_over_naive"] for row in pairs.values()]
+        return {"app": tp.plan.app, "granularity": tp.plan.granularity, "repeats": repeats, "ssr_steps": ssr_steps,
+                "transition_arena": tp.transitions.arena, "arena_bytes": tp.arena_bytes,
+                "naive_arena_bytes": naive.arena_bytes, "schedule": tp.transition_schedule,
+                "mean_tp_over_naive": round(statistics.mean(ratios), 4) if ratios else None,
+                "pairs": pairs}
+
+
+def format_switching(report: dict[str, Any]) -> str:
+    """Figure 5.7 as a table: Δ per ordered pair under naive and SBRS-TP, in milliseconds."""
+    lines = [f"app {report['app']}: switch response delay Δ (ms), granularity {report['granularity']}, SBRS-TP arena "
+             f"{report['transition_arena']} {report['arena_bytes']} bytes (naive {report['naive_arena_bytes']}), "
+             f"median of {report['repeats']}",
+             f"{'pair':<26} {'naive':>8} {'tp':>8} {'tp/naive':>8} {'new frame':>9} {'tp/new':>7} {'naive avg':>9} "
+             f"{'tp avg':>8}"]
+    for key, row in report["pairs"].items():
+        lines.append(f"{key:<26} {row['naive_s'] * 1e3:>8.3f} {row['tp_s'] * 1e3:>8.3f} {row['tp_over_naive']:>8.3f} "
+                     f"{row['new_latency_s'] * 1e3:>9.3f} {row['tp_over_new_latency']:>7.3f} "
+                     f"{row['naive_avg_s'] * 1e3:>9.3f} {row['tp_avg_s'] * 1e3:>8.3f}")
+    lines.append(f"mean tp/naive {report['mean_tp_over_naive']}")
+    return "\n".join(lines)

@@ -1,14 +1,22 @@
-"""``sbrs run``: feed frames to a runtime, report each one, stop cleanly on Ctrl-C or SIGTERM.
+"""``sbrs run``: feed frames to a runtime, report each one, take switch requests, stop cleanly on a signal.
 
-``run_frames`` is the loop; it knows nothing about where frames come from or where reports go. Later
-interfaces hook in without changing it: ``on_frame`` is called after every frame with a ``FrameRecord`` (the
-JSON-lines writer of ``sbrs run``, metrics later), a switch may come at any time from another thread through
-``Runtime.switch`` (it takes effect at the next frame), and ``stop`` is an event anyone may set. SIGINT and
-SIGTERM set it (``stop_on_signals``): the frame in flight finishes, then the loop returns its summary.
+``run_frames`` is the loop; it knows nothing about where frames come from or where reports go. It drives
+``Runtime.process`` (pipelined: under SBRS-TP a switch overlaps the frame in flight and the next one);
+``on_frame`` is called after every frame with a ``FrameRecord`` (the JSON-lines writer of ``sbrs run``), a
+switch may come at any time from another thread (``Runtime.switch``, the socket), and ``stop`` is an event
+anyone may set. SIGINT and SIGTERM set it (``stop_on_signals``): the frames in flight finish, then the loop
+returns its summary.
+
+``run_app`` is ``sbrs run``: the runtime (its control node reports to ``observers``, the seam of the metrics
+stage), a ``PolicyController`` deciding scenarios from the environment, and the socket ``Server`` around it
+(``--socket``, ``--listen``, ``--no-socket``). Every ``MEASURE_EVERY_S`` the measured fps of each scenario
+(median of its recent frame latencies) and its memory (its parameters plus the peak of its boundary
+tensors in the arena) are given to the policy (``update_measurements``).
 
 One JSON line per frame: ``{"frame": i, "scenario": name, "latency_s": x, "outputs": {name: summary}}``
 where a 2-D class output ``[1, C]`` is summarised by its ``top5`` ``[[index, value], ...]`` and any other
-output by ``mean``/``min``/``max``; both carry the ``shape``.
+output by ``mean``/``min``/``max``; both carry the ``shape``. The first frame of a new scenario also carries
+``"switch": {"old", "new", "response_delay_s", ...}``.
 """
 
 from __future__ import annotations
@@ -22,13 +30,20 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
+from sbrs.control.events import Observers, RunObserver
+from sbrs.runtime.control_node import SwitchRecord
 from sbrs.runtime.executor import Runtime
 
+if TYPE_CHECKING:
+    from sbrs.control.controller import PolicyController
+
 TOP_K = 5
+MEASURE_EVERY_S = 1.0
+MEASURE_WINDOW = 32  # recent frames per scenario for the measured fps
 
 
 @dataclass(frozen=True)
@@ -39,10 +54,14 @@ class FrameRecord:
     scenario: str
     latency_s: float
     outputs: dict[str, np.ndarray]
+    switch: SwitchRecord | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"frame": self.index, "scenario": self.scenario, "latency_s": round(self.latency_s, 6),
-                "outputs": {name: summarize_output(value) for name, value in self.outputs.items()}}
+        data: dict[str, Any] = {"frame": self.index, "scenario": self.scenario, "latency_s": round(self.latency_s, 6),
+                                "outputs": {name: summarize_output(value) for name, value in self.outputs.items()}}
+        if self.switch is not None:
+            data["switch"] = self.switch.to_dict()
+        return data
 
 
 def summarize_output(value: np.ndarray) -> dict[str, Any]:
@@ -65,6 +84,7 @@ class RunSummary:
     frames: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     interrupted: bool = False
+    switches: list[SwitchRecord] = field(default_factory=list)
 
     @property
     def total_frames(self) -> int:
@@ -77,36 +97,73 @@ class RunSummary:
     def to_dict(self) -> dict[str, Any]:
         return {"frames": self.total_frames, "frames_per_scenario": dict(self.frames),
                 "seconds": round(self.seconds, 6), "fps": round(self.fps, 3), "arena_bytes": self.arena_bytes,
-                "interrupted": self.interrupted}
+                "interrupted": self.interrupted, "switches": [record.to_dict() for record in self.switches]}
 
     def to_text(self) -> str:
         per_scenario = ", ".join(f"{name} {count}" for name, count in self.frames.items()) or "none"
         stopped = " (stopped by a signal)" if self.interrupted else ""
+        delays = [record.response_delay_s for record in self.switches]
+        switched = (f"; {len(delays)} switches, response delay mean {sum(delays) / len(delays) * 1e3:.3f} ms"
+                    if delays else "")
         return (f"sbrs run: {self.total_frames} frames in {self.seconds:.3f} s, {self.fps:.1f} fps{stopped}; "
-                f"frames per scenario: {per_scenario}; arena {self.arena_bytes} bytes (tensors between "
+                f"frames per scenario: {per_scenario}{switched}; arena {self.arena_bytes} bytes (tensors between "
                 f"execution units; tensors inside units are ONNX Runtime's own memory)")
 
 
 def run_frames(runtime: Runtime, frames: Iterable[np.ndarray], *, limit: int | None = None,
                on_frame: Callable[[FrameRecord], None] | None = None,
                stop: threading.Event | None = None) -> RunSummary:
-    """Run ``frames`` (at most ``limit``) through ``runtime`` until they end or ``stop`` is set."""
+    """Run ``frames`` (at most ``limit``) through ``runtime.process`` until they end or ``stop`` is set."""
     summary = RunSummary(arena_bytes=runtime.arena_bytes)
     stop = stop or threading.Event()
+
+    def feed() -> Iterator[np.ndarray]:
+        for index, frame in enumerate(frames):
+            if (limit is not None and index >= limit) or stop.is_set():
+                return
+            yield frame
+
     started = time.perf_counter()
-    for index, frame in enumerate(frames):
-        if (limit is not None and index >= limit) or stop.is_set():
-            break
-        scenario = runtime.scenario
-        begin = time.perf_counter()
-        outputs = runtime.infer(frame)
-        latency = time.perf_counter() - begin
-        summary.frames[scenario] = summary.frames.get(scenario, 0) + 1
-        if on_frame is not None:
-            on_frame(FrameRecord(index, scenario, latency, outputs))
+    results = runtime.process(feed())
+    try:
+        for result in results:
+            summary.frames[result.scenario] = summary.frames.get(result.scenario, 0) + 1
+            if result.switch is not None:
+                summary.switches.append(result.switch)
+            if on_frame is not None:
+                on_frame(FrameRecord(result.index, result.scenario, result.latency_s, result.outputs, result.switch))
+    finally:
+        results.close()
     summary.seconds = time.perf_counter() - started
     summary.interrupted = stop.is_set()
     return summary
+
+
+class Measurements:
+    """Measured fps per scenario (median of its last ``MEASURE_WINDOW`` frame latencies), fed to the policy."""
+
+    def __init__(self, controller: PolicyController, memory_mb: dict[str, float]) -> None:
+        self._controller = controller
+        self._memory_mb = memory_mb
+        self._latencies: dict[str, list[float]] = {}
+        self._last = time.perf_counter()
+        for scenario, memory in memory_mb.items():
+            controller.update_measurements(scenario, {"memory_mb": memory})
+
+    def frame(self, record: FrameRecord) -> None:
+        window = self._latencies.setdefault(record.scenario, [])
+        window.append(record.latency_s)
+        del window[:-MEASURE_WINDOW]
+        now = time.perf_counter()
+        if now - self._last >= MEASURE_EVERY_S:
+            self._last = now
+            self.flush()
+
+    def flush(self) -> None:
+        for scenario, window in self._latencies.items():
+            median = float(np.median(window)) if window else 0.0
+            if median > 0:
+                self._controller.update_measurements(scenario, {"fps": 1.0 / median})
 
 
 @contextlib.contextmanager
@@ -137,29 +194,69 @@ def json_lines_writer(stream: IO[str]) -> Callable[[FrameRecord], None]:
     return write
 
 
+def scenario_memory_mb(app: Any, runtime: Runtime) -> dict[str, float]:
+    """Per scenario: its unique parameter bytes plus the peak of its boundary tensors in the arena, in MB."""
+    from sbrs.memory.bounds import peak_by_timeline
+    from sbrs.model import params_bytes
+    from sbrs.runtime.arena import arena_problem
+    from sbrs.runtime.units import UnitLayout
+
+    plan = runtime.plan
+    layout = UnitLayout(plan.units, plan.sequences, plan.inputs, plan.outputs, {t.id: t.spec for t in plan.tensors})
+    peaks = peak_by_timeline(arena_problem(layout, plan.alignment))
+    return {name: (params_bytes([model]) + peaks.get(name, 0)) / 1e6 for name, model in app.models.items()}
+
+
 def run_app(app_path: str, *, frames: int | None, source: str | None, output: str | None, seed: int,
-            granularity: str | None = None) -> int:
-    """``sbrs run``: load the app, run frames, JSON lines to stdout or ``output``, the summary to stderr."""
+            granularity: str | None = None, transition: str | None = None, socket_path: str | None = None,
+            listen: str | None = None, no_socket: bool = False, observers: Iterable[RunObserver] = ()) -> int:
+    """``sbrs run``: load the app, serve the control socket, run frames (JSON lines to stdout or ``output``),
+    the summary to stderr. ``observers`` (``RunObserver``) get every run event (metrics plug in here)."""
     from sbrs.app import load_app
+    from sbrs.control.controller import PolicyController
     from sbrs.errors import InputError
+    from sbrs.runtime.control_node import ObservedRequestStats
     from sbrs.runtime.device import release_free_memory
     from sbrs.runtime.frames import open_frames
+    from sbrs.server import Server
 
     if frames is not None and frames < 0:
         raise InputError(f"{frames}: expected a number >= 0", field="--frames")
+    fan_out = Observers(observers)
     app = load_app(app_path)
     frame_source = open_frames(source, app.config.input, seed)
-    runtime = app.runtime(granularity=granularity)
+    runtime = app.runtime(granularity=granularity, transition=transition, observers=fan_out)
+    config = app.config
+    memory = scenario_memory_mb(app, runtime)
     del app  # the runtime keeps what it needs; the models' weights can go
     release_free_memory()
+    controller = PolicyController(config, runtime.switch, current=runtime.scenario, switch_source=True)
+    measurements = Measurements(controller, memory)
+    server = None if no_socket else Server(controller, socket_path, listen=listen, app_name=config.name,
+                                           stats=ObservedRequestStats(fan_out))
     try:
         stream = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
     except OSError as exc:
+        runtime.close()
         raise InputError(f"{output}: cannot write ({exc.strerror})", field="--output") from None
+    writer = json_lines_writer(stream)
+
+    def on_frame(record: FrameRecord) -> None:
+        writer(record)
+        measurements.frame(record)
+
     stop = threading.Event()
     try:
         with runtime, stop_on_signals(stop):
-            summary = run_frames(runtime, frame_source, limit=frames, on_frame=json_lines_writer(stream), stop=stop)
+            if server is not None:
+                server.start()
+                sys.stderr.write(f"sbrs run: control socket {server.socket_path}\n")
+            try:
+                summary = run_frames(runtime, frame_source, limit=frames, on_frame=on_frame, stop=stop)
+            finally:
+                runtime.node.shutdown()
+                if server is not None:
+                    server.stop()
     finally:
         if stream is not sys.stdout:
             stream.close()

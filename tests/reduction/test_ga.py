@@ -104,8 +104,8 @@ def test_memory_limit_below_every_configuration_is_an_input_error() -> None:
     with pytest.raises(InputError) as info:
         reduce_buffers(scenarios(), memory_limit=1000, params=GaParams(population=6, generations=1))
     message = str(info.value)
-    assert "\n" not in message and message.startswith("memory_limit: memory limit 1000 bytes is below")
-    smallest = int(message.split("reached: ")[1].split(" bytes")[0])
+    assert "\n" not in message and message.startswith("memory_limit: memory limit 0.001 MB is below")
+    smallest = int(message.split("reached: ")[1].split("(")[1].split(" bytes")[0])
     assert smallest > 1000
     # that figure is reachable: asking for exactly it succeeds
     result = reduce_buffers(scenarios(), memory_limit=smallest, params=GaParams(population=6, generations=1))
@@ -170,3 +170,19 @@ def test_measured_costs_override_and_round_trip(tmp_path: Path) -> None:
     result = reduce_buffers(scenarios(), memory_limit=unreduced_bytes() - 1, cost=measured,
                             params=GaParams(population=6, generations=1))
     assert result.feasible
+
+
+def test_tied_followers_share_their_producers_gene() -> None:
+    """Batch norm, activations and residual adds follow the gene of the layer whose rows they read 1:1."""
+    model = scenarios()["full"]
+    free = reduction_genes({"full": model})
+    tied = reduction_genes({"full": model}, tie_followers=True)
+    assert len(tied) < len(free)
+    covered = [layer for gene in tied for layer in gene.layers]
+    assert sorted(covered) == sorted(gene.layer for gene in free)  # every layer set by exactly one gene
+    ops = {layer.name: layer.op for layer in model.layers}
+    assert all(ops[f] in ("BatchNormalization", "Clip", "Relu", "Add") for g in tied for f in g.followers)
+    result = reduce_buffers(scenarios(), memory_limit=unreduced_bytes() - 1, params=SMALL)
+    for gene in tied:
+        if gene.scenario in result.band_rows:
+            assert len({result.band_rows[gene.scenario][layer] for layer in gene.layers}) == 1

@@ -1,0 +1,305 @@
+"""The control node c of the SBRS MoC (thesis 5.7.2, 5.7.4) as a state machine (the ``transitions`` library).
+
+States and triggers::
+
+    loading ──loaded──► running ──ssr (other scenario)──► switching ──switch_done──► running
+                           ▲  ssr (same scenario): stays       │ ssr: pending request kept/replaced (stays)
+                           │                                   │ begin, step_done: progress (stays)
+                           └──────────cancel───────────────────┤ switch_done with a pending request: stays
+    loading/running/switching ──shutdown──► stopping ──halt──► stopped
+
+A *switch request* (SSR) records the wanted scenario and its arrival time; it never blocks and may come from
+any thread (socket workers, the policy, ``Runtime.switch``). The runtime's frame loop acts on it at the next
+step boundary (``take``): at a frame boundary the next frame simply runs on the new scenario; in the middle of
+a frame, under SBRS-TP, the old frame finishes while the next frame starts on the new scenario
+(``sbrs.runtime.transition``). ``finish`` ends the switch at the new scenario's first output and records the
+response delay Δ (thesis 5.9: from the SSR's arrival to that output).
+
+Deviation from the thesis (5.7.4: "If a new SSR is received during an ongoing scenarios switching, it is
+ignored"): ignoring loses the environment's latest wish, and a switch takes at most about two frames, so the
+node keeps the *latest* request instead. A request arriving during a switch waits; when the switch ends the
+node goes on switching to it (unless it names the scenario just reached). A request replaced before it was
+acted on is reported to observers as ``request_handled("switch", "replaced")``; every other SSR from a client
+(source ``socket`` or ``api``) is reported ``accepted`` when it is acted on. SSRs the policy issues on an
+``env`` request are not counted as requests (the ``env`` request is).
+
+The node holds no module state; its lock makes every method safe from any thread. ``pending`` is a plain
+attribute read, cheap enough for the frame loop to test at every step.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from transitions import Machine
+
+from sbrs.control.events import Observers
+from sbrs.server.protocol import RequestStats
+
+STATES: tuple[str, ...] = ("loading", "running", "switching", "stopping", "stopped")
+
+#: Sources whose SSRs are client requests (reported through ``request_handled``); others are policy decisions.
+CLIENT_SOURCES: frozenset[str] = frozenset({"socket", "api"})
+
+_TRANSITIONS: tuple[dict[str, Any], ...] = (
+    {"trigger": "loaded", "source": "loading", "dest": "running"},
+    {"trigger": "ssr", "source": "running", "dest": "switching", "conditions": "differs"},
+    {"trigger": "ssr", "source": "running", "dest": None},
+    {"trigger": "ssr", "source": "switching", "dest": None},
+    {"trigger": "cancel", "source": "switching", "dest": "running"},
+    {"trigger": "begin", "source": "switching", "dest": None},
+    {"trigger": "step_done", "source": "switching", "dest": None},
+    {"trigger": "switch_done", "source": "switching", "dest": None, "conditions": "busy"},
+    {"trigger": "switch_done", "source": "switching", "dest": "running"},
+    {"trigger": "shutdown", "source": ["loading", "running", "switching"], "dest": "stopping"},
+    {"trigger": "halt", "source": ["loading", "running", "switching", "stopping"], "dest": "stopped"},
+)
+
+
+@dataclass(frozen=True)
+class SwitchRequest:
+    """An SSR: its number, the wanted scenario, who asked and when it arrived (``time.perf_counter``)."""
+
+    id: int
+    scenario: str
+    source: str
+    arrived: float
+
+
+@dataclass(frozen=True)
+class SwitchRecord:
+    """One finished switch: Δ and how it ran.
+
+    ``ssr_step`` is the old step after which the transition started (None: at a frame boundary, nothing
+    overlapped); ``overlapped_steps`` the new steps that started before the old frame's last step finished.
+    """
+
+    old: str
+    new: str
+    source: str
+    mode: str
+    response_delay_s: float
+    ssr_step: int | None
+    overlapped_steps: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"old": self.old, "new": self.new, "source": self.source, "mode": self.mode,
+                "response_delay_s": round(self.response_delay_s, 6), "ssr_step": self.ssr_step,
+                "overlapped_steps": self.overlapped_steps}
+
+
+class _Fsm:
+    """The model object the ``transitions`` machine drives; conditions read the node."""
+
+    state: str
+
+    def __init__(self, node: ControlNode) -> None:
+        self._node = node
+
+    def differs(self, request: SwitchRequest) -> bool:
+        return request.scenario != self._node.scenario
+
+    def busy(self, *args: Any) -> bool:
+        """Another switch is pending or still under way (a frame-boundary switch and a transition can nest)."""
+        return self._node.pending is not None or bool(self._node._executing)
+
+
+class ControlNode:
+    """The control node (module docstring). ``observers`` get every event of ``sbrs.control.events``."""
+
+    def __init__(self, scenarios: tuple[str, ...], initial: str, *, mode: str = "sbrs-tp",
+                 observers: Observers | None = None, clock: Callable[[], float] = time.perf_counter,
+                 history: int = 256) -> None:
+        self.scenarios = tuple(scenarios)
+        self.mode = mode
+        self.observers = observers or Observers()
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._ids = itertools.count(1)
+        self.scenario = initial  # the scenario of the frame last started (plain attribute, loop thread writes)
+        self.pending: SwitchRequest | None = None  # the latest request not acted on yet
+        self._executing: list[SwitchRequest] = []  # requests whose switches are under way (at most two)
+        self.progress: tuple[int, int] = (0, 0)  # (old steps, new steps) done in the current transition
+        self.records: deque[SwitchRecord] = deque(maxlen=history)
+        self.switches = 0
+        self.replaced = 0
+        self._delay_total = 0.0
+        self._fsm = _Fsm(self)
+        self._last_state = "loading"
+        self._machine = Machine(model=self._fsm, states=list(STATES), transitions=[dict(t) for t in _TRANSITIONS],
+                                initial="loading", auto_transitions=False, after_state_change=self._entered)
+        self.observers.state_changed("loading", initial)
+
+    # -- state ---------------------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        return self._fsm.state
+
+    @property
+    def executing(self) -> SwitchRequest | None:
+        """The latest request whose switch is under way."""
+        return self._executing[-1] if self._executing else None
+
+    @property
+    def target(self) -> str:
+        """The scenario the next frame not yet started will run on."""
+        pending = self.pending
+        return pending.scenario if pending is not None else self.scenario
+
+    def _entered(self, *args: Any) -> None:
+        """After every trigger: tell observers when the state really changed (internal transitions do not)."""
+        if self._fsm.state != self._last_state:
+            self._last_state = self._fsm.state
+            self.observers.state_changed(self._fsm.state, self.scenario)
+
+    def loaded(self, facts: Mapping[str, Any]) -> None:
+        """The runtime is built: running, and observers get ``started`` with ``facts``."""
+        with self._lock:
+            self._fsm.trigger("loaded")
+        self.observers.started(self.scenario, facts)
+
+    # -- requests (any thread) -----------------------------------------------------------------------------
+
+    def request(self, scenario: str, source: str = "api") -> SwitchRequest:
+        """Record an SSR for ``scenario`` (validated by the caller); never blocks on inference."""
+        with self._lock:
+            if self._fsm.state in ("stopping", "stopped"):
+                from sbrs.errors import SbrsRuntimeError
+
+                raise SbrsRuntimeError(f"the runtime is {self._fsm.state}; switch to '{scenario}' refused")
+            request = SwitchRequest(next(self._ids), scenario, source, self._clock())
+            previous = self.pending
+            if previous is not None:
+                self.replaced += 1
+                self._report(previous, "replaced")
+            if self.executing is None and scenario == self.scenario:
+                # nothing to switch: back to (or still) running on the current scenario
+                self.pending = None
+                self._report(request, "accepted")
+                if self._fsm.state == "switching":
+                    self._fsm.trigger("cancel")
+                return request
+            self.pending = request
+            self._fsm.trigger("ssr", request)
+            return request
+
+    def _report(self, request: SwitchRequest, result: str) -> None:
+        if request.source in CLIENT_SOURCES:
+            self.observers.request_handled("switch", result)
+
+    # -- the frame loop's side -----------------------------------------------------------------------------
+
+    def take(self) -> SwitchRequest | None:
+        """Act on the pending request, if any, and return it (None: nothing to switch). Loop thread only.
+
+        From here on ``scenario`` is the new scenario (the next frame runs on it) and the request is
+        ``executing`` until ``finish``. A pending request naming the current scenario is dropped (accepted).
+        """
+        if self.pending is None:
+            return None
+        with self._lock:
+            request, self.pending = self.pending, None
+            if request is None:
+                return None
+            if request.scenario == self.scenario:
+                self._report(request, "accepted")
+                if self._fsm.state == "switching" and self.executing is None:
+                    self._fsm.trigger("cancel")
+                return None
+            self._report(request, "accepted")
+            self._executing.append(request)
+            self.progress = (0, 0)
+            self.scenario = request.scenario
+            self._fsm.trigger("begin")
+            return request
+
+    def step_done(self, old_steps: int, new_steps: int) -> None:
+        """Progress of the transition under way (old and new steps finished); shown by ``status``."""
+        with self._lock:
+            self.progress = (old_steps, new_steps)
+            self._fsm.trigger("step_done")
+
+    def finish(self, request: SwitchRequest, old: str, first_output: float, *, ssr_step: int | None,
+               overlapped_steps: int, mode: str | None = None) -> SwitchRecord:
+        """The new scenario produced its first output at ``first_output``: record Δ, end the switch."""
+        delay = max(0.0, first_output - request.arrived)
+        record = SwitchRecord(old, request.scenario, request.source, mode or self.mode, delay, ssr_step,
+                              overlapped_steps)
+        with self._lock:
+            if request in self._executing:
+                self._executing.remove(request)
+            self.records.append(record)
+            self.switches += 1
+            self._delay_total += delay
+            if self.pending is not None and self.pending.scenario == self.scenario and not self._executing:
+                self._report(self.pending, "accepted")
+                self.pending = None
+            self._fsm.trigger("switch_done")
+        self.observers.switch_done(old, request.scenario, delay)
+        return record
+
+    def frame_done(self, scenario: str, seconds: float) -> None:
+        self.observers.frame_done(scenario, seconds)
+
+    # -- shutdown ------------------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Stop accepting requests (stopping); idempotent."""
+        with self._lock:
+            if self._fsm.state not in ("stopping", "stopped"):
+                self._fsm.trigger("shutdown")
+
+    def halt(self) -> None:
+        """Everything is released (stopped); idempotent."""
+        with self._lock:
+            if self._fsm.state != "stopped":
+                self._fsm.trigger("halt")
+
+    # -- status --------------------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """A JSON-ready snapshot: state, scenario, pending request, switch count and Δ figures."""
+        with self._lock:
+            last = self.records[-1].to_dict() if self.records else None
+            return {
+                "state": self._fsm.state,
+                "running_scenario": self.scenario,
+                "pending": None if self.pending is None else self.pending.scenario,
+                "switching_to": None if self.executing is None else self.executing.scenario,
+                "transition": self.mode,
+                "switches_done": self.switches,
+                "requests_replaced": self.replaced,
+                "last_switch": last,
+                "mean_response_delay_s": round(self._delay_total / self.switches, 6) if self.switches else None,
+            }
+
+
+class ObservedRequestStats(RequestStats):
+    """The server's request counter that also reports each reply to observers (``request_handled``).
+
+    Every reply counts once: rejected requests as ``rejected:<code>``, ``env`` and ``status`` as ``accepted``
+    (an accepted ``env`` also reports ``environment_changed``), a ``switch`` that changed nothing
+    (``"switched": false``) as ``accepted``. A ``switch`` that issued an SSR is reported by the control node
+    when the SSR is acted on (``accepted``) or replaced before that (``replaced``).
+    """
+
+    def __init__(self, observers: Observers) -> None:
+        super().__init__()
+        self._observers = observers
+
+    def count(self, reply: Mapping[str, Any]) -> None:
+        super().count(reply)
+        op = str(reply.get("op", "unknown"))
+        if not reply.get("ok"):
+            self._observers.request_handled(op, f"rejected:{reply.get('code')}")
+        elif op != "switch" or not reply.get("switched"):
+            self._observers.request_handled(op, "accepted")
+            if op == "env" and isinstance(reply.get("environment"), Mapping):
+                self._observers.environment_changed(dict(reply["environment"]))

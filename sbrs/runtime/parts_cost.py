@@ -1,0 +1,104 @@
+"""Measured costs of execution by parts on this machine, for the GA (thesis Algorithm 9, ``EvalThroughput``).
+
+The thesis measures each candidate's throughput on the platform. Running every candidate is too slow, so
+costs are measured per layer and band height once and summed (:class:`~sbrs.reduction.cost.CostModel`):
+
+- for every band height ``b`` of the candidates, every scenario runs with ``b``-row bands in *every*
+  bandable layer (``b = 0``: no processing by parts, one fused session) on a :class:`PartsRuntime`, and each
+  call is timed (median of ``repeats`` frames, the moves of its line buffers included);
+- a call's time is split over its layers in proportion to their work (:func:`~sbrs.reduction.cost.layer_work`;
+  a band call fuses a convolution with its batch norm and activation);
+- the whole-height figure of a layer comes from the ``b = 0`` run, so a configuration without processing by
+  parts sums exactly to the native one-session time, and a band figure replaces the layer's share of it.
+
+What it does not capture: the cost of cutting a fused whole run into two sessions where a band region
+starts or ends (NCHWc reorders and transposes at the boundary; DESIGN.md measured 0.94-1.0x for a few cuts).
+The table is cached under ``sbrs.cache.cache_dir("costs")``, keyed by the layers' configurations, the band
+candidates, the onnxruntime version and the machine; :func:`cached_costs` measures only on a miss.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from sbrs.cache import cache_dir, content_key
+from sbrs.model.cnn import CnnModel, Layer
+from sbrs.reduction.cost import AnalyticCostModel, MeasuredCostModel, layer_key, layer_work
+from sbrs.reduction.ga import GaParams
+from sbrs.reduction.rows import is_row_local, layer_height
+from sbrs.runtime.parts import PartsRuntime
+
+__all__ = ["cached_costs", "costs_path", "device_name", "measure_costs"]
+
+Progress = Callable[[int, int], None]
+
+
+def device_name() -> str:
+    """The machine the figures belong to: architecture, cores, onnxruntime version."""
+    return f"{platform.machine()} {os.cpu_count()} cores, onnxruntime {ort.__version__}"
+
+
+def costs_path(models: Mapping[str, CnnModel], candidates: Sequence[int] = GaParams.candidates) -> Path:
+    """Where the cost table of ``models`` and ``candidates`` on this machine is cached."""
+    keys = sorted({layer_key(layer) for m in models.values() for layer in m.layers})
+    return cache_dir("costs") / f"costs-{content_key(keys, sorted(set(candidates)), device_name())}.json"
+
+
+def _frame(model: CnnModel) -> np.ndarray:
+    spec = model.tensors[model.graph_inputs[0]]
+    return np.random.default_rng(0).standard_normal(spec.shape).astype(spec.dtype)
+
+
+def measure_costs(models: Mapping[str, CnnModel], candidates: Sequence[int] = GaParams.candidates, *,
+                  repeats: int = 3, progress: Progress | None = None) -> MeasuredCostModel:
+    """Measure every layer of ``models`` whole and in bands of each candidate height (module docstring)."""
+    bands_list = sorted({int(c) for c in candidates if int(c) > 0} | {0}, reverse=False)
+    measured: list[tuple[Layer, int, float]] = []
+    total = len(models) * len(bands_list)
+    done = 0
+    for scenario, model in models.items():
+        frame = _frame(model)
+        for band in bands_list:
+            if band == 0:
+                config: dict[str, int] = {}
+            else:
+                config = {layer.name: band for layer in model.layers
+                          if is_row_local(model, layer) and layer_height(layer) > band}
+            with PartsRuntime(models={scenario: model}, band_rows={scenario: config}) as runtime:
+                runtime.infer(frame)  # warm-up
+                seconds = runtime.timed_calls(frame, repeats)
+                parts = runtime.plan.scenarios[scenario]
+            per_layer: dict[str, float] = {}
+            for call, spent in zip(parts.calls, seconds, strict=True):
+                works = [max(layer_work(model.layer(n)), 1) for n in call.layers]
+                for name, work in zip(call.layers, works, strict=True):
+                    per_layer[name] = per_layer.get(name, 0.0) + spent * work / sum(works)
+            for name, spent in per_layer.items():
+                layer = model.layer(name)
+                if band == 0:
+                    measured.append((layer, layer_height(layer), spent))
+                elif name in parts.band_rows:
+                    measured.append((layer, band, spent))
+            done += 1
+            if progress is not None:
+                progress(done, total)
+    return MeasuredCostModel(fallback=AnalyticCostModel(), device=device_name()).with_measurements(measured)
+
+
+def cached_costs(models: Mapping[str, CnnModel], candidates: Sequence[int] = GaParams.candidates, *,
+                 measure: bool = True, progress: Progress | None = None) -> MeasuredCostModel | None:
+    """The cached table of ``models`` (measured and saved on a miss when ``measure``; else None on a miss)."""
+    path = costs_path(models, candidates)
+    if path.is_file():
+        return MeasuredCostModel.load(path)
+    if not measure:
+        return None
+    table = measure_costs(models, candidates, progress=progress)
+    table.save(path)
+    return table

@@ -1,0 +1,159 @@
+"""Switching: equivalence of every frame around switches, no frame lost or run twice, the hazard proof.
+
+Invariants 3 and 4 of DESIGN.md: the hazard checker (``sbrs.runtime.transition.check_schedule``) on every
+example app at both granularities, for the plan's offsets and for a live runtime's real bindings; outputs
+of the frames before, during and after random switch sequences (SSRs arriving mid-frame and mid-switch)
+equal each scenario's standalone ONNX Runtime outputs, naive and SBRS-TP, both schedules.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sbrs.app import App
+from sbrs.runtime.executor import Runtime, build_unit_plan
+from sbrs.runtime.transition import (
+    build_transition_plan,
+    check_plan_transitions,
+    check_schedule,
+    plan_shadow,
+)
+from tests.runtime.conftest import References, assert_equivalent, random_frame
+
+APPS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "apps").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("granularity", ["auto", "layer"])
+@pytest.mark.parametrize("name", APPS)
+def test_hazard_checker_proves_every_transition(load_example: Callable[[str], App], name: str,
+                                                granularity: str) -> None:
+    plan = build_unit_plan(load_example(name), granularity)
+    shared = build_transition_plan(plan)
+    assert check_plan_transitions(plan, shared) == []
+    assert check_plan_transitions(plan, shared, table="x") == []  # the lock-step Algorithm 7 tables too
+    shadowed, offsets = plan_shadow(plan)
+    shadow = build_transition_plan(shadowed, arena="shadow", shadow=offsets)
+    assert check_plan_transitions(shadowed, shadow) == []
+    assert shadowed.arena_bytes >= plan.arena_bytes
+    for table in shared.pairs.values():
+        assert all(0 <= w <= x for w, x in zip(table.wait, table.x, strict=True))
+
+
+def test_thesis_algorithm6_alone_is_unsafe_on_onnx_runtime(load_example: Callable[[str], App]) -> None:
+    """Algorithm 6 verbatim (same layer ⇒ delay) lets new steps clobber bytes the old frame still needs."""
+    plan = build_unit_plan(load_example("cifar10"), "auto")
+    hazards = check_plan_transitions(plan, build_transition_plan(plan), table="thesis_x")
+    assert hazards and "touches" in hazards[0].detail
+
+
+@pytest.fixture(scope="module")
+def tiny_runtimes(load_example: Callable[[str], App]) -> Iterator[dict[str, Runtime]]:
+    app = load_example("tiny")
+    runtimes = {"naive": app.runtime(transition="naive"),
+                "tp-shadow": app.runtime(transition="sbrs-tp"),
+                "tp-shared": app.runtime(transition="sbrs-tp", transition_arena="shared"),
+                "tp-threads": app.runtime(transition="sbrs-tp", transition_schedule="threads")}
+    yield runtimes
+    for runtime in runtimes.values():
+        runtime.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_refs(load_example: Callable[[str], App]) -> References:
+    return References(load_example("tiny"))
+
+
+def test_real_bindings_pass_the_checker(tiny_runtimes: dict[str, Runtime]) -> None:
+    for runtime in tiny_runtimes.values():
+        waits = {key: table.wait for key, table in runtime.transitions.pairs.items()}
+        assert check_schedule(runtime.bound_accesses(), waits, new_accesses=runtime.bound_accesses(new_frame=True)) == []
+
+
+@pytest.mark.parametrize("kind", ["naive", "tp-shadow", "tp-shared", "tp-threads"])
+def test_every_pair_and_ssr_step_is_equivalent(tiny_runtimes: dict[str, Runtime], tiny_refs: References,
+                                               load_example: Callable[[str], App], kind: str) -> None:
+    runtime = tiny_runtimes[kind]
+    app = load_example("tiny")
+    frames = (random_frame(app, 1), random_frame(app, 2))
+    for old in runtime.scenarios:
+        for new in runtime.scenarios:
+            if old == new:
+                continue
+            for step in range(1, len(runtime.plan.sequences[old]) + 1):
+                runtime.switch(old)
+                runtime.infer(frames[0])
+                results = list(runtime._process(frames, inject=(step, new)))
+                assert [r.scenario for r in results] == [old, new]
+                assert results[1].switch is not None and results[1].switch.response_delay_s > 0
+                for result, frame in zip(results, frames, strict=True):
+                    assert_equivalent(result.outputs, tiny_refs.outputs(result.scenario, frame),
+                                      f"{kind} {old}->{new} SSR at step {step}")
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(["naive", "tp-shadow", "tp-shared", "tp-threads"]),
+       plan=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 2)), min_size=1, max_size=8),
+       seed=st.integers(0, 2**16))
+def test_random_switches_keep_every_frame(tiny_runtimes: dict[str, Runtime], tiny_refs: References,
+                                          load_example: Callable[[str], App], kind: str,
+                                          plan: list[tuple[int, int]], seed: int) -> None:
+    """Switch requests before frames (from the frame source), and from a thread at random moments (mid-frame,
+    mid-switch): every frame comes out once, in order, equal to the reference of the scenario that ran it."""
+    runtime = tiny_runtimes[kind]
+    app = load_example("tiny")
+    scenarios = runtime.scenarios
+    count = 12
+    frames = [random_frame(app, seed + k) for k in range(count)]
+    at = dict(plan)
+    rng = random.Random(seed)
+
+    def source() -> Iterator[np.ndarray]:
+        for k, frame in enumerate(frames):
+            if k in at:
+                runtime.switch(scenarios[at[k]])
+            yield frame
+
+    done = threading.Event()
+
+    def pester() -> None:
+        while not done.is_set():
+            runtime.switch(rng.choice(scenarios), "socket")
+            time.sleep(rng.random() * 3e-4)
+
+    thread = threading.Thread(target=pester)
+    thread.start()
+    try:
+        results = list(runtime.process(source()))
+    finally:
+        done.set()
+        thread.join()
+    assert [r.index for r in results] == list(range(count))
+    for result, frame in zip(results, frames, strict=True):
+        assert_equivalent(result.outputs, tiny_refs.outputs(result.scenario, frame), f"{kind} frame {result.index}")
+    assert runtime.node.state in ("running", "switching")
+
+
+@pytest.mark.parametrize("name", ["cifar10", "pamap2"])
+def test_bigger_apps_switch_correctly(load_example: Callable[[str], App], name: str) -> None:
+    app = load_example(name)
+    refs = References(app)
+    frames = [random_frame(app, k) for k in range(3)]
+    with app.runtime(transition="sbrs-tp") as runtime:
+        scenarios = runtime.scenarios
+        for old, new in zip(scenarios, scenarios[1:] + scenarios[:1], strict=True):
+            for step in (1, max(1, len(runtime.plan.sequences[old]) // 2)):
+                runtime.switch(old)
+                runtime.infer(frames[2])
+                results = list(runtime._process(frames[:2], inject=(step, new)))
+                assert [r.scenario for r in results] == [old, new]
+                for result, frame in zip(results, frames[:2], strict=True):
+                    assert_equivalent(result.outputs, refs.outputs(result.scenario, frame), f"{old}->{new}@{step}")
