@@ -142,11 +142,21 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from sbrs.app import load_app_config
+    from sbrs.metrics import metrics_from_args
     from sbrs.runtime.loop import run_app
 
-    return run_app(args.app, frames=args.frames, source=args.input, output=args.output, seed=args.seed,
-                   granularity=args.granularity, transition=args.transition, socket_path=args.socket,
-                   listen=args.listen, no_socket=args.no_socket)
+    # The metrics endpoint starts before the models load, so a busy port fails at once.
+    observer, metrics_server = metrics_from_args(args, load_app_config(args.app))
+    if metrics_server is not None:
+        sys.stderr.write(f"sbrs run: metrics on {metrics_server.url}\n")
+    try:
+        return run_app(args.app, frames=args.frames, source=args.input, output=args.output, seed=args.seed,
+                       granularity=args.granularity, transition=args.transition, socket_path=args.socket,
+                       listen=args.listen, no_socket=args.no_socket, observers=[observer])
+    finally:
+        if metrics_server is not None:
+            metrics_server.stop()
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -264,6 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--no-socket", action="store_true", help="serve no control socket")
     run.add_argument("--listen", default=None, metavar="HOST:PORT",
                      help="also serve the control protocol on TCP, loopback addresses only")
+    from sbrs.metrics import cli_arguments
+
+    cli_arguments(run)
 
     bench = add("bench", cmd_bench, "throughput per scenario against plain ONNX Runtime, and process memory")
     bench.add_argument("app", metavar="APP.yaml")

@@ -45,6 +45,7 @@ import numpy as np
 from sbrs.control.events import Observers, RunObserver
 from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.moc import Moc, derive_moc
+from sbrs.model import naive_buffer_bytes, params_bytes
 from sbrs.runtime.arena import plan_layout
 from sbrs.runtime.control_node import ControlNode, SwitchRecord, SwitchRequest
 from sbrs.runtime.device import (
@@ -127,6 +128,9 @@ class Runtime:
         self.thread_pool: ThreadPool = use_global_thread_pool(config.runtime.threads)
         moc = derive_moc(app.models, config.adaptive)
         self.plan = build_unit_plan(app, granularity, moc)
+        # The model's figures (thesis Eq. 2.6-2.7), kept because the models themselves are not.
+        self._model_bytes = {"params_bytes": params_bytes(app.models.values()),
+                             "naive_bytes": sum(naive_buffer_bytes(m) for m in app.models.values())}
         shadow = None
         if transition_arena == "shadow":
             self.plan, shadow = plan_shadow(self.plan)
@@ -284,8 +288,11 @@ class Runtime:
         return list(self._bound_ranges)
 
     def facts(self) -> dict[str, Any]:
-        """Plan figures for observers and status: arena bytes, units, granularity, transition mode and arena."""
+        """Plan figures for observers and status: the arena (boundary tensors) and its lower bound, the app's
+        unique parameter bytes and thesis-naive buffer bytes, units, granularity, providers, transition mode."""
         return {"app": self.plan.app, "arena_bytes": self.plan.arena_bytes, "units": len(self.plan.units),
+                "lower_bound_bytes": self.plan.arena_lower_bound, "providers": list(self.providers),
+                **self._model_bytes,
                 "granularity": self.plan.granularity, "transition": self.node.mode,
                 "transition_arena": self.transitions.arena, "scenarios": list(self.plan.scenarios),
                 "steps": {s: len(seq) for s, seq in self.plan.sequences.items()}}
