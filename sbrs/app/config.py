@@ -61,10 +61,15 @@ class ScenarioConfig:
 
 @dataclass(frozen=True)
 class RuntimeOptions:
+    """``runtime:`` of the app. ``share_min_mb``: the least weight memory a run of steps must hold to be shared
+    by scenarios as one execution unit (``sbrs.runtime.units``); smaller runs are compiled into each scenario's
+    own units."""
+
     providers: tuple[str, ...]
     threads: int | None
     granularity: str
     transition: str
+    share_min_mb: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -340,7 +345,7 @@ def load_app_config(path: str | Path) -> AppConfig:
         initial=initial,
         scenarios=tuple(scenarios),
         runtime=RuntimeOptions(tuple(app.runtime.providers), app.runtime.threads, app.runtime.granularity,
-                               app.runtime.transition),
+                               app.runtime.transition, float(app.runtime.share_min_mb)),
         memory_limit_mb=app.memory_limit_mb,
         policy=_resolve_policy(app.policy, names, scenarios[names.index(initial)].requirements, doc),
         metrics=_resolve_metrics(app.metrics, doc),

@@ -94,6 +94,7 @@ class RuntimeEntry(Strict):
     threads: Annotated[StrictInt, Field(ge=1, le=1024)] | None = None
     granularity: Literal["auto", "layer"] = "auto"
     transition: Literal["sbrs-tp", "naive"] = "sbrs-tp"
+    share_min_mb: NonNegative = 1.0
 
 
 class BatteryThresholdEntry(Strict):

@@ -86,7 +86,7 @@ def build_unit_plan(app: App, granularity: str | None = None, moc: Moc | None = 
     """The ``UnitPlan`` of ``app`` (units, sequences, arena offsets), checked, without loading anything."""
     moc = moc or derive_moc(app.models, app.config.adaptive)
     chosen = granularity or app.config.runtime.granularity
-    layout = layout_units(app.models, moc, chosen)
+    layout = layout_units(app.models, moc, chosen, share_min_bytes=int(app.config.runtime.share_min_mb * 1e6))
     return plan_layout(layout, app=app.name, granularity=chosen, adaptive=tuple(app.config.adaptive))
 
 

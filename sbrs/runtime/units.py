@@ -75,13 +75,16 @@ class StepKey:
 
     layer: str
     values: tuple[tuple[str, Value], ...] = ()
+    private_to: str = ""  # a scenario name when this step is not shared (see "Sharing threshold")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"layer": self.layer, "values": {param: list(value) for param, value in self.values}}
+        data: dict[str, Any] = {"layer": self.layer, "values": {param: list(value) for param, value in self.values}}
+        return data | ({"private_to": self.private_to} if self.private_to else {})
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StepKey:
-        return cls(str(data["layer"]), tuple((str(p), tuple(v)) for p, v in data.get("values", {}).items()))
+        return cls(str(data["layer"]), tuple((str(p), tuple(v)) for p, v in data.get("values", {}).items()),
+                   str(data.get("private_to", "")))
 
 
 @dataclass(frozen=True)
@@ -252,21 +255,48 @@ class _ScenarioSteps:
     position: Mapping[StepKey, int]
 
 
-def _scenario_steps(model: CnnModel, moc: Moc, scenario: str, names: Mapping[str, str]) -> _ScenarioSteps:
+def _scenario_steps(model: CnnModel, moc: Moc, scenario: str, names: Mapping[str, str],
+                    private: frozenset[StepKey]) -> _ScenarioSteps:
     steps = [step for step in moc.steps[scenario] if moc.layer(step.layer_id).op not in (INPUT_OP, OUTPUT_OP)]
-    keys = tuple(step_key(moc, step) for step in steps)
+    keys = tuple(replace(key, private_to=scenario) if key in private else key
+                 for key in (step_key(moc, step) for step in steps))
     layers = tuple(model.layer(step.scenario_layer) for step in steps)
     sources = {key: tuple(names[t] for t in layer.inputs) for key, layer in zip(keys, layers, strict=True)}
     return _ScenarioSteps(keys, layers, sources, {key: index for index, key in enumerate(keys)})
 
 
-def layout_units(models: Mapping[str, CnnModel], moc: Moc, granularity: str) -> UnitLayout:
-    """Cut each scenario's execution sequence into units (module docstring), shared units listed once."""
+def layout_units(models: Mapping[str, CnnModel], moc: Moc, granularity: str,
+                 share_min_bytes: int = 0) -> UnitLayout:
+    """Cut each scenario's execution sequence into units (module docstring), shared units listed once.
+
+    Sharing threshold: a shared run whose weights total less than ``share_min_bytes`` is made private to each
+    of its users (its steps get a scenario-specific key) and the cut is redone, until every shared unit holds
+    at least that much; at most one pass per step key, so it ends.
+    """
     if granularity not in GRANULARITIES:
         raise InputError(f"unknown granularity '{granularity}' (allowed: {', '.join(GRANULARITIES)})",
                          field="runtime.granularity")
+    private: frozenset[StepKey] = frozenset()
+    while True:
+        layout, scenario_steps = _layout(models, moc, granularity, private)
+        small = {replace(key, private_to="") for unit in layout.units if len(unit.scenarios) > 1
+                 and _weight_bytes(unit, scenario_steps) < share_min_bytes for key in unit.steps}
+        if not small:
+            return layout
+        private |= small
+
+
+def _weight_bytes(unit: Unit, scenario_steps: Mapping[str, _ScenarioSteps]) -> int:
+    """Bytes of the distinct parameter tensors of ``unit``'s layers."""
+    steps = scenario_steps[unit.scenarios[0]]
+    params = {p.digest: p.nbytes for key in unit.steps for p in steps.layers[steps.position[key]].params}
+    return sum(params.values())
+
+
+def _layout(models: Mapping[str, CnnModel], moc: Moc, granularity: str,
+            private: frozenset[StepKey]) -> tuple[UnitLayout, dict[str, _ScenarioSteps]]:
     names = {s: scenario_tensor_ids(models[s], moc.layer_capture[s]) for s in moc.scenarios}
-    scenario_steps = {s: _scenario_steps(models[s], moc, s, names[s]) for s in moc.scenarios}
+    scenario_steps = {s: _scenario_steps(models[s], moc, s, names[s], private) for s in moc.scenarios}
     users: dict[StepKey, tuple[str, ...]] = {}
     for scenario, steps in scenario_steps.items():
         for key in steps.keys:
@@ -307,7 +337,7 @@ def layout_units(models: Mapping[str, CnnModel], moc: Moc, granularity: str) -> 
     inputs = {s: {models[s].graph_inputs[0]: names[s][models[s].graph_inputs[0]]} for s in moc.scenarios}
     outputs = {s: {name: names[s][name] for name in models[s].graph_outputs} for s in moc.scenarios}
     units = tuple(_unit(unit_id, run, users[run[0]], scenario_steps, outputs) for run, unit_id in runs.items())
-    return UnitLayout(units, sequences, inputs, outputs, specs)
+    return UnitLayout(units, sequences, inputs, outputs, specs), scenario_steps
 
 
 def _unit(unit_id: str, run: tuple[StepKey, ...], scenarios: tuple[str, ...],
@@ -341,7 +371,8 @@ def unit_model(models: Mapping[str, CnnModel], moc: Moc, unit: Unit, tensor_spec
                app_name: str = "sbrs") -> onnx.ModelProto:
     """The ONNX model of ``unit``, built from its source scenario's layers: data tensors produced inside the unit
     are named by supergraph tensor id, operands read from outside by the unit's input placeholders."""
-    users = {s: _scenario_steps(models[s], moc, s, scenario_tensor_ids(models[s], moc.layer_capture[s]))
+    private = frozenset(replace(key, private_to="") for key in unit.steps if key.private_to)
+    users = {s: _scenario_steps(models[s], moc, s, scenario_tensor_ids(models[s], moc.layer_capture[s]), private)
              for s in unit.scenarios}
     placeholder_of = {tuple(unit.input_tensors[s][index] for s in unit.scenarios): name
                       for index, name in enumerate(unit.inputs)}

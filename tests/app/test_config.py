@@ -115,6 +115,8 @@ BAD_CASES = [
     ("no model source", lambda d: _edit(d, "    model: big.onnx\n", ""), "scenarios[0]: give exactly one of", 6),
     ("unknown provider", lambda d: _edit(d, "[CPUExecutionProvider]", "[TPUExecutionProvider]"),
      "runtime.providers[0]: Input should be", 11),
+    ("negative sharing threshold", lambda d: _edit(d, "transition: sbrs-tp}", "transition: sbrs-tp, share_min_mb: -1}"),
+     "runtime.share_min_mb: Input should be greater than or equal to 0", 11),
     ("negative fps", lambda d: _edit(d, "fps: 15.4", "fps: -1"), "characteristics.fps: Input should be greater than 0", 9),
     ("missing required key", lambda d: _edit(d, "name: demo\n", ""), "name: required key is missing", None),
     ("invalid YAML", lambda d: _edit(d, "initial: big", "initial: [big"), "invalid YAML", None),

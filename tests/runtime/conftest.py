@@ -19,12 +19,16 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="session")
 def load_example() -> Callable[[str], App]:
-    """``load_example("tiny")`` → the loaded app of apps/tiny.yaml, loaded once per test session."""
+    """``load_example("tiny")`` → the app of apps/tiny.yaml with every shared run shared
+    (``runtime.share_min_mb = 0``), so the tests exercise shared units even on apps whose weights are small;
+    loaded once per test session. ``load_app`` gives the app with its own settings."""
     loaded: dict[str, App] = {}
 
     def load(name: str) -> App:
         if name not in loaded:
-            loaded[name] = load_app(REPO / "apps" / f"{name}.yaml")
+            app = load_app(REPO / "apps" / f"{name}.yaml")
+            loaded[name] = replace(app, config=replace(app.config, runtime=replace(app.config.runtime,
+                                                                                 share_min_mb=0.0)))
         return loaded[name]
 
     return load

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from sbrs.runtime import UnitPlan, build_unit_plan
 from sbrs.runtime.arena import arena_problem
 from sbrs.runtime.units import layout_units
 
-from .conftest import random_frame
+from .conftest import References, assert_equivalent, random_frame
 
 
 @pytest.mark.parametrize("name", ["tiny", "cifar10", "pamap2"])
@@ -92,3 +93,32 @@ def test_outputs_are_copies_owned_by_the_caller(load_example: Callable[[str], Ap
     for name in expected:
         np.testing.assert_array_equal(second[name], expected[name])
         assert not np.shares_memory(second[name], other[name])
+
+
+def test_small_shared_runs_are_compiled_into_each_scenario(load_example: Callable[[str], App]) -> None:
+    """``runtime.share_min_mb``: a shared run holding less weight memory than the threshold is not worth its
+    session boundaries; each user gets it fused into its own units (and the outputs stay exact)."""
+    app = load_example("tiny")
+    threshold = with_share_min_mb(app, 1.0)
+    shared, private = build_unit_plan(app, "auto"), build_unit_plan(threshold, "auto")
+    assert any(len(unit.scenarios) > 1 for unit in shared.units)
+    assert all(len(unit.scenarios) == 1 for unit in private.units)
+    assert all(len(calls) == 1 for calls in private.sequences.values())
+    references = References(app)
+    with threshold.runtime() as runtime:
+        for scenario in runtime.scenarios:
+            runtime.switch(scenario)
+            frame = random_frame(app, 3)
+            assert_equivalent(runtime.infer(frame), references.outputs(scenario, frame), scenario)
+
+
+def test_large_shared_runs_stay_shared(load_example: Callable[[str], App]) -> None:
+    app = with_share_min_mb(load_example("drone"), 1.0)
+    plan = build_unit_plan(app, "auto")
+    shared = [unit for unit in plan.units if len(unit.scenarios) > 1]
+    assert shared and all(len(unit.scenarios) > 1 for unit in shared)
+    assert len(plan.units) < sum(len(calls) for calls in plan.sequences.values())
+
+
+def with_share_min_mb(app: App, megabytes: float) -> App:
+    return replace(app, config=replace(app.config, runtime=replace(app.config.runtime, share_min_mb=megabytes)))
