@@ -63,13 +63,15 @@ class ScenarioConfig:
 class RuntimeOptions:
     """``runtime:`` of the app. ``share_min_mb``: the least weight memory a run of steps must hold to be shared
     by scenarios as one execution unit (``sbrs.runtime.units``); smaller runs are compiled into each scenario's
-    own units."""
+    own units. ``switch_steps``: under SBRS-TP, how many steps of similar work a frame is cut into at most, so
+    a switch waits for about 1/switch_steps of the old frame."""
 
     providers: tuple[str, ...]
     threads: int | None
     granularity: str
     transition: str
     share_min_mb: float = 1.0
+    switch_steps: int = 4
 
 
 @dataclass(frozen=True)
@@ -345,7 +347,7 @@ def load_app_config(path: str | Path) -> AppConfig:
         initial=initial,
         scenarios=tuple(scenarios),
         runtime=RuntimeOptions(tuple(app.runtime.providers), app.runtime.threads, app.runtime.granularity,
-                               app.runtime.transition, float(app.runtime.share_min_mb)),
+                               app.runtime.transition, float(app.runtime.share_min_mb), app.runtime.switch_steps),
         memory_limit_mb=app.memory_limit_mb,
         policy=_resolve_policy(app.policy, names, scenarios[names.index(initial)].requirements, doc),
         metrics=_resolve_metrics(app.metrics, doc),

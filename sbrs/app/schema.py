@@ -95,6 +95,7 @@ class RuntimeEntry(Strict):
     granularity: Literal["auto", "layer"] = "auto"
     transition: Literal["sbrs-tp", "naive"] = "sbrs-tp"
     share_min_mb: NonNegative = 1.0
+    switch_steps: Annotated[StrictInt, Field(ge=1, le=64)] = 4
 
 
 class BatteryThresholdEntry(Strict):

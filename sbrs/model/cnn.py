@@ -236,6 +236,23 @@ class MemoryFigures:
         return self.params_bytes + self.naive_buffer_bytes
 
 
+def layer_work(layer: Layer) -> int:
+    """Multiply-accumulates of one frame of ``layer`` (element count for element-wise and data-moving layers)."""
+    if layer.type == "data" or not layer.output_shapes:
+        return 0
+    out = int(np.prod(layer.output_shapes[0], dtype=np.int64))
+    if layer.op in ("Conv", "ConvTranspose") and layer.input_shapes:
+        cin = int(layer.input_shapes[0][1]) if len(layer.input_shapes[0]) > 1 else 1
+        return out * max(cin // max(layer.groups, 1), 1) * layer.kernel[0] * layer.kernel[1]
+    if layer.op in ("MaxPool", "AveragePool"):
+        return out * layer.kernel[0] * layer.kernel[1]
+    if layer.op in ("Gemm", "MatMul") and layer.input_shapes:
+        return out * int(layer.input_shapes[0][-1])
+    if layer.op in ("GlobalAveragePool", "GlobalMaxPool") and layer.input_shapes:
+        return int(np.prod(layer.input_shapes[0], dtype=np.int64))
+    return out
+
+
 def unique_params(models: Iterable[CnnModel]) -> dict[str, ParamRef]:
     """Parameter tensors of all models by content digest (a tensor shared by models or layers counts once)."""
     seen: dict[str, ParamRef] = {}

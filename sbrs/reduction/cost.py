@@ -26,11 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-import numpy as np
-
 from sbrs.cache import write_atomic
 from sbrs.errors import InputError
-from sbrs.model.cnn import CnnModel, Layer
+from sbrs.model.cnn import CnnModel, Layer, layer_work
 from sbrs.reduction.rows import layer_height
 
 __all__ = [
@@ -51,23 +49,6 @@ class CostModel(Protocol):
     def layer_seconds(self, layer: Layer, band_rows: int) -> float:
         """Seconds one frame of ``layer`` takes in bands of ``band_rows`` rows."""
         ...
-
-
-def layer_work(layer: Layer) -> int:
-    """Multiply-accumulates of one frame of ``layer`` (element count for element-wise and data-moving layers)."""
-    if layer.type == "data" or not layer.output_shapes:
-        return 0
-    out = int(np.prod(layer.output_shapes[0], dtype=np.int64))
-    if layer.op in ("Conv", "ConvTranspose") and layer.input_shapes:
-        cin = int(layer.input_shapes[0][1]) if len(layer.input_shapes[0]) > 1 else 1
-        return out * max(cin // max(layer.groups, 1), 1) * layer.kernel[0] * layer.kernel[1]
-    if layer.op in ("MaxPool", "AveragePool"):
-        return out * layer.kernel[0] * layer.kernel[1]
-    if layer.op in ("Gemm", "MatMul") and layer.input_shapes:
-        return out * int(layer.input_shapes[0][-1])
-    if layer.op in ("GlobalAveragePool", "GlobalMaxPool") and layer.input_shapes:
-        return int(np.prod(layer.input_shapes[0], dtype=np.int64))
-    return out
 
 
 @dataclass(frozen=True)

@@ -94,13 +94,27 @@ def use_global_thread_pool(threads: int | None) -> ThreadPool:
             warnings.warn(f"ONNX Runtime's global thread pool already exists in this process; this runtime runs on "
                           f"it as it is (runtime.threads asked for {threads})", RuntimeWarning, stacklevel=3)
         return ThreadPool(requested, created=False)
+    _share_cpu_allocator()
     return ThreadPool(requested, created=True)
+
+
+def _share_cpu_allocator() -> None:
+    """One CPU memory arena for every session of the process, registered with the global thread pool.
+
+    By default each ONNX Runtime session keeps its own arena for the tensors inside it, sized by its own
+    peak, so a runtime of many units pays the sum of their peaks although units run one at a time. Sessions
+    created with ``session.use_env_allocators`` (``session_options()``) share this one instead. Measured on
+    the drone app (24 units): 209 → 159 MB resident, multi-cnn 273 → 229 MB; no throughput change beyond noise.
+    """
+    memory = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+    ort.create_and_register_allocator(memory, ort.OrtArenaCfg(0, -1, -1, -1))
 
 
 def session_options() -> ort.SessionOptions:
     """Options of every sbrs session (and of the standalone baseline in ``sbrs bench``): the global pool."""
     options = ort.SessionOptions()
     options.use_per_session_threads = False
+    options.add_session_config_entry("session.use_env_allocators", "1")
     options.log_severity_level = 3
     return options
 

@@ -58,7 +58,7 @@ from sbrs.runtime.device import (
     use_global_thread_pool,
 )
 from sbrs.runtime.transition import TRANSITION_MODES, PairTable, TransitionPlan, build_transition_plan, plan_shadow
-from sbrs.runtime.units import UnitPlan, layout_units, unit_model
+from sbrs.runtime.units import MIN_SWITCH_STEP_WORK, UnitPlan, layout_units, unit_model
 
 if TYPE_CHECKING:
     import onnxruntime as ort
@@ -82,11 +82,19 @@ class FrameResult:
     switch: SwitchRecord | None = None
 
 
-def build_unit_plan(app: App, granularity: str | None = None, moc: Moc | None = None) -> UnitPlan:
-    """The ``UnitPlan`` of ``app`` (units, sequences, arena offsets), checked, without loading anything."""
+def build_unit_plan(app: App, granularity: str | None = None, moc: Moc | None = None,
+                    transition: str | None = None) -> UnitPlan:
+    """The ``UnitPlan`` of ``app`` (units, sequences, arena offsets), checked, without loading anything.
+
+    Under SBRS-TP (``transition``, default the app's) units are also cut at up to ``runtime.switch_steps``
+    switch points per frame (``sbrs.runtime.units``): the old step in flight is what a switch waits for.
+    """
     moc = moc or derive_moc(app.models, app.config.adaptive)
-    chosen = granularity or app.config.runtime.granularity
-    layout = layout_units(app.models, moc, chosen, share_min_bytes=int(app.config.runtime.share_min_mb * 1e6))
+    options = app.config.runtime
+    chosen = granularity or options.granularity
+    switch_steps = options.switch_steps if (transition or options.transition) == "sbrs-tp" else 1
+    layout = layout_units(app.models, moc, chosen, share_min_bytes=int(options.share_min_mb * 1e6),
+                          switch_steps=switch_steps, min_step_work=MIN_SWITCH_STEP_WORK)
     return plan_layout(layout, app=app.name, granularity=chosen, adaptive=tuple(app.config.adaptive))
 
 
@@ -127,7 +135,7 @@ class Runtime:
         self.device = device_of(self.providers)
         self.thread_pool: ThreadPool = use_global_thread_pool(config.runtime.threads)
         moc = derive_moc(app.models, config.adaptive)
-        self.plan = build_unit_plan(app, granularity, moc)
+        self.plan = build_unit_plan(app, granularity, moc, transition=mode)
         # The model's figures (thesis Eq. 2.6-2.7), kept because the models themselves are not.
         self._model_bytes = {"params_bytes": params_bytes(app.models.values()),
                              "naive_bytes": sum(naive_buffer_bytes(m) for m in app.models.values())}

@@ -59,11 +59,15 @@ import onnx
 
 from sbrs.errors import InputError
 from sbrs.moc.model import Moc, Step, Value
-from sbrs.model.cnn import INPUT_OP, OUTPUT_OP, CnnModel, Layer, TensorSpec
+from sbrs.model.cnn import INPUT_OP, OUTPUT_OP, CnnModel, Layer, TensorSpec, layer_work
 from sbrs.model.onnx_export import build_graph_model
 from sbrs.plan.tensors import tensor_id
 
 GRANULARITIES: tuple[str, ...] = ("auto", "layer")
+
+#: The least work (multiply-accumulates) of a piece cut for switching: ~0.4 ms on the 2-core CPU of DESIGN.md,
+#: so the ~15 µs of the extra session boundary stays under ~4 % of the piece.
+MIN_SWITCH_STEP_WORK = 25_000_000
 
 #: The control-parameter attributes in a step key: the weights (``I`` and ``O`` are wiring, see the docstring).
 _KEY_ATTRIBUTES: frozenset[str] = frozenset({"par"})
@@ -266,24 +270,73 @@ def _scenario_steps(model: CnnModel, moc: Moc, scenario: str, names: Mapping[str
 
 
 def layout_units(models: Mapping[str, CnnModel], moc: Moc, granularity: str,
-                 share_min_bytes: int = 0) -> UnitLayout:
+                 share_min_bytes: int = 0, switch_steps: int = 1, min_step_work: int = 0) -> UnitLayout:
     """Cut each scenario's execution sequence into units (module docstring), shared units listed once.
 
-    Sharing threshold: a shared run whose weights total less than ``share_min_bytes`` is made private to each
-    of its users (its steps get a scenario-specific key) and the cut is redone, until every shared unit holds
-    at least that much; at most one pass per step key, so it ends.
+    Sharing threshold (``auto`` only; with ``layer`` every step is its own unit anyway, so privatising would
+    only duplicate weights): a shared run whose weights total less than ``share_min_bytes`` is made private to
+    each of its users (its steps get a scenario-specific key) and the cut is redone, until every shared unit
+    holds at least that much; at most one pass per step key, so it ends.
+
+    Switch points (``auto`` only): ``switch_steps`` > 1 cuts every unit whose work exceeds 1/``switch_steps`` of
+    a user's frame into pieces of about that share, never smaller than ``min_step_work`` multiply-accumulates
+    (``_cut_for_switching``).
     """
     if granularity not in GRANULARITIES:
         raise InputError(f"unknown granularity '{granularity}' (allowed: {', '.join(GRANULARITIES)})",
                          field="runtime.granularity")
     private: frozenset[StepKey] = frozenset()
     while True:
-        layout, scenario_steps = _layout(models, moc, granularity, private)
+        layout, scenario_steps = _layout(models, moc, granularity, private, switch_steps, min_step_work)
+        if granularity != "auto":
+            return layout
         small = {replace(key, private_to="") for unit in layout.units if len(unit.scenarios) > 1
                  and _weight_bytes(unit, scenario_steps) < share_min_bytes for key in unit.steps}
         if not small:
             return layout
         private |= small
+
+
+def _cut_for_switching(runs: Mapping[tuple[StepKey, ...], str], sequences: Mapping[str, tuple[str, ...]],
+                       users: Mapping[StepKey, tuple[str, ...]], scenario_steps: Mapping[str, _ScenarioSteps],
+                       switch_steps: int, min_step_work: int) -> tuple[dict[tuple[StepKey, ...], str],
+                                                                       dict[str, tuple[str, ...]]]:
+    """Cut fused runs so that a switch request waits for at most about 1/``switch_steps`` of the old frame.
+
+    SBRS-TP (Algorithm 7, line 2) lets the new scenario start only when the old step in flight ends, so one
+    whole-model unit makes every switch wait for the whole old frame. Each run is cut greedily at step
+    boundaries into pieces of at most ``work(frame) / switch_steps`` multiply-accumulates (the smallest frame
+    among the run's users), but a piece is never cut below ``min_step_work``: a session boundary costs
+    ~10-30 µs on CPU (DESIGN.md), which a small piece would not repay. Pieces of a shared run stay shared.
+    """
+    def work(scenario: str, key: StepKey) -> int:
+        steps = scenario_steps[scenario]
+        return layer_work(steps.layers[steps.position[key]])
+
+    frame_work = {s: sum(work(s, key) for key in steps.keys) for s, steps in scenario_steps.items()}
+    pieces_of: dict[str, list[tuple[StepKey, ...]]] = {}
+    for run, unit_id in runs.items():
+        owner = users[run[0]][0]
+        limit = max(min(frame_work[s] for s in users[run[0]]) / switch_steps, min_step_work)
+        pieces: list[tuple[StepKey, ...]] = []
+        piece: list[StepKey] = []
+        total = 0
+        remaining = sum(work(owner, key) for key in run)
+        for key in run:
+            step = work(owner, key)
+            if piece and total + step > limit and total >= min_step_work and remaining >= min_step_work:
+                pieces.append(tuple(piece))
+                piece, total = [], 0
+            piece.append(key)
+            total += step
+            remaining -= step
+        pieces.append(tuple(piece))
+        pieces_of[unit_id] = pieces
+    cut: dict[tuple[StepKey, ...], str] = {}
+    for pieces in pieces_of.values():
+        for piece in pieces:
+            cut.setdefault(piece, f"u{len(cut) + 1}")
+    return cut, {s: tuple(cut[p] for unit_id in calls for p in pieces_of[unit_id]) for s, calls in sequences.items()}
 
 
 def _weight_bytes(unit: Unit, scenario_steps: Mapping[str, _ScenarioSteps]) -> int:
@@ -293,8 +346,8 @@ def _weight_bytes(unit: Unit, scenario_steps: Mapping[str, _ScenarioSteps]) -> i
     return sum(params.values())
 
 
-def _layout(models: Mapping[str, CnnModel], moc: Moc, granularity: str,
-            private: frozenset[StepKey]) -> tuple[UnitLayout, dict[str, _ScenarioSteps]]:
+def _layout(models: Mapping[str, CnnModel], moc: Moc, granularity: str, private: frozenset[StepKey],
+            switch_steps: int = 1, min_step_work: int = 0) -> tuple[UnitLayout, dict[str, _ScenarioSteps]]:
     names = {s: scenario_tensor_ids(models[s], moc.layer_capture[s]) for s in moc.scenarios}
     scenario_steps = {s: _scenario_steps(models[s], moc, s, names[s], private) for s in moc.scenarios}
     users: dict[StepKey, tuple[str, ...]] = {}
@@ -328,6 +381,8 @@ def _layout(models: Mapping[str, CnnModel], moc: Moc, granularity: str,
             run.append(key)
         calls.append(runs.setdefault(tuple(run), f"u{len(runs) + 1}"))
         sequences[scenario] = tuple(calls)
+    if switch_steps > 1 and granularity == "auto":
+        runs, sequences = _cut_for_switching(runs, sequences, users, scenario_steps, switch_steps, min_step_work)
 
     specs: dict[str, TensorSpec] = {}
     for scenario, model in models.items():

@@ -11,9 +11,10 @@ import pytest
 from sbrs.app import App
 from sbrs.memory import check_plan, plan_arena
 from sbrs.moc import derive_moc
+from sbrs.model import layer_work
 from sbrs.runtime import UnitPlan, build_unit_plan
 from sbrs.runtime.arena import arena_problem
-from sbrs.runtime.units import layout_units
+from sbrs.runtime.units import MIN_SWITCH_STEP_WORK, layout_units
 
 from .conftest import References, assert_equivalent, random_frame
 
@@ -43,8 +44,23 @@ def test_auto_makes_far_fewer_units_than_layer(load_example: Callable[[str], App
 
 
 def test_an_app_sharing_nothing_runs_each_scenario_as_one_unit(load_example: Callable[[str], App]) -> None:
-    plan = build_unit_plan(load_example("multi-cnn"), "auto")
+    plan = build_unit_plan(load_example("multi-cnn"), "auto", transition="naive")
     assert {s: len(seq) for s, seq in plan.sequences.items()} == {"mobilenet": 1, "resnet": 1}
+
+
+def test_sbrs_tp_cuts_frames_at_switch_points_of_similar_work(load_example: Callable[[str], App]) -> None:
+    """Under SBRS-TP a frame is cut into up to ``switch_steps`` pieces (a switch waits for the step in flight);
+    every piece holds at least MIN_SWITCH_STEP_WORK, and pieces of one frame carry similar work."""
+    app = load_example("multi-cnn")
+    plan = build_unit_plan(app, "auto", transition="sbrs-tp")
+    moc = derive_moc(app.models, app.config.adaptive)
+    for scenario, sequence in plan.sequences.items():
+        model = app.models[scenario]
+        work_of = {moc.layer_capture[scenario][layer.name]: layer_work(layer) for layer in model.compute_layers}
+        works = [sum(work_of[layer_id] for layer_id in plan.unit(unit_id).layers) for unit_id in sequence]
+        assert 2 <= len(sequence) <= app.config.runtime.switch_steps + 1
+        assert min(works) >= MIN_SWITCH_STEP_WORK
+        assert max(works) <= 2.5 * sum(works) / app.config.runtime.switch_steps
 
 
 @pytest.mark.parametrize("granularity", ["auto", "layer"])
