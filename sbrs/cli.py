@@ -11,7 +11,8 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
+from pathlib import Path
 from typing import Any
 
 from sbrs import __version__
@@ -93,14 +94,14 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     app = load_app(args.app)
     plan = build_plan(app)
-    plan_path = save_plan(plan, args.plan or default_plan_path(app))
+    plan_path = Path(args.plan) if args.plan else default_plan_path(app)
     limit_mb = args.memory_limit if args.memory_limit is not None else app.config.memory_limit_mb
     report = {**plan.report(), "plan_path": str(plan_path), "tensors_in_arena": "all",
               "memory_limit_bytes": None if limit_mb is None else int(limit_mb * 1e6)}
     reduction = None
     if limit_mb is not None:  # thesis Algorithm 9 (sbrs.runtime.parts_build): early exit, else the GA
         from sbrs.reduction import GaParams
-        from sbrs.runtime.parts_build import parse_min_fps, progress_printer, reduce_app, reduction_path, save_reduction
+        from sbrs.runtime.parts_build import parse_min_fps, progress_printer, reduce_app
 
         if limit_mb <= 0:
             raise InputError(f"memory limit must be > 0 MB, got {limit_mb:g}", field="memory_limit_mb")
@@ -108,11 +109,12 @@ def cmd_build(args: argparse.Namespace) -> int:
         reduction = reduce_app(app, plan, int(limit_mb * 1e6), min_fps=parse_min_fps(args.min_fps),
                                min_fps_ratio=args.min_fps_ratio, cost=args.cost, params=params,
                                progress=progress_printer(sys.stderr))
-        reduction["path"] = str(save_reduction(reduction, plan, reduction_path(plan_path)))
+        plan = replace(plan, reduction=reduction)
         figures = reduction["figures"]
         report.update(unreduced={key: report[key] for key in ("arena_bytes", "reuse_bytes", "lower_bound_bytes")},
                       arena_bytes=figures["arena_bytes"], reuse_bytes=figures["reuse_bytes"],
                       lower_bound_bytes=figures["lower_bound_bytes"], reduction=reduction)
+    save_plan(plan, plan_path)
     if args.json:
         _print_json(report)
     else:
@@ -133,7 +135,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             from sbrs.runtime.parts_build import format_reduction
 
             print(format_reduction(reduction))
-            print(f"reduction saved to {reduction['path']}")
+            print(f"the chosen band heights are saved in the plan ({plan_path})")
     if reduction is not None and reduction["violations"]:
         failing = reduction["violations"]
         raise InputError(f"constraint not met: {'; '.join(failing)}",

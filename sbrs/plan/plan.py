@@ -52,7 +52,8 @@ class MemoryReport:
 
 @dataclass(frozen=True)
 class AppPlan:
-    """Everything the runtime needs without re-planning: φ^s, tensor lifetimes, offsets, and the figures."""
+    """Everything the runtime needs without re-planning: φ^s, tensor lifetimes, offsets, the figures, and
+    the buffer reduction chosen for a memory limit, if any."""
 
     app: str
     fingerprint: str
@@ -63,6 +64,7 @@ class AppPlan:
     reuse: dict[str, Any]
     memory: MemoryReport
     per_scenario: dict[str, MemoryReport]
+    reduction: dict[str, Any] | None = None  # band heights chosen by Algorithm 9 (sbrs build --memory-limit)
 
     def report(self) -> dict[str, Any]:
         """The ``sbrs build --json`` object (issue contract: these keys at the top level)."""
@@ -193,6 +195,7 @@ def load_plan(path: str | Path, app: App) -> AppPlan:
         app=data["app"], fingerprint=data["fingerprint"], adaptive=tuple(data["adaptive"]), moc=data["moc"],
         problem=data["problem"], arena=data["arena"], reuse=data["reuse"], memory=MemoryReport(**data["memory"]),
         per_scenario={name: MemoryReport(**figures) for name, figures in data["per_scenario"].items()},
+        reduction=data.get("reduction"),
     )
     problem = Problem.from_dict(plan.problem)
     _verified(problem, ArenaPlan.from_dict(plan.arena), ReusePlan.from_dict(plan.reuse))

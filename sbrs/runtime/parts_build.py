@@ -15,19 +15,17 @@ scenario at least ``R`` times its own unreduced fps under the same cost model). 
 so they are not used.
 
 The result (chosen band heights, phases Φ of every layer, the Pareto front, the figures of the chosen
-configuration, the arena of the executor of :mod:`sbrs.runtime.parts`) is saved beside the plan as
-``APP.reduction.json`` with the plan's app fingerprint; :func:`load_reduction` reads it back for
-:class:`~sbrs.runtime.parts.PartsRuntime` and refuses a stale one.
+configuration, the arena of the executor of :mod:`sbrs.runtime.parts`) is saved in the plan file
+(``AppPlan.reduction``, under the plan's checksum and app fingerprint); :func:`load_reduction` reads it back
+for :class:`~sbrs.runtime.parts.PartsRuntime`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sbrs.cache import write_atomic
 from sbrs.errors import InputError
 from sbrs.memory import buffers_reuse, check_plan, lower_bound
 from sbrs.reduction import AnalyticCostModel, CostModel, GaParams, ReductionResult, plan_reduction, reduce_buffers
@@ -39,19 +37,11 @@ if TYPE_CHECKING:
     from sbrs.app.app import App
     from sbrs.plan import AppPlan
 
-__all__ = ["COST_MODELS", "load_reduction", "reduce_app", "reduction_path"]
+__all__ = ["COST_MODELS", "load_reduction", "reduce_app"]
 
 COST_MODELS: tuple[str, ...] = ("auto", "analytic", "measured")
-REDUCTION_FORMAT = 1
 
 Progress = Callable[[int, int], None]
-
-
-def reduction_path(plan_path: str | Path) -> Path:
-    """``APP.reduction.json`` beside ``APP.plan.json`` (or ``FILE.reduction.json`` beside any ``FILE``)."""
-    path = Path(plan_path)
-    stem = path.name[: -len(".plan.json")] if path.name.endswith(".plan.json") else path.stem
-    return path.with_name(f"{stem}.reduction.json")
 
 
 def _cost_model(models: Mapping[str, Any], kind: str, candidates: tuple[int, ...],
@@ -144,30 +134,16 @@ def _figures(models: Mapping[str, Any], result: ReductionResult, cost: CostModel
     }
 
 
-def save_reduction(reduction: Mapping[str, Any], plan: AppPlan, path: str | Path) -> Path:
-    """Write the reduction with the plan's fingerprint (what :func:`load_reduction` checks)."""
-    document = {"format": REDUCTION_FORMAT, "app": plan.app, "fingerprint": plan.fingerprint,
-                "reduction": dict(reduction)}
-    return write_atomic(Path(path), (json.dumps(document, indent=1, sort_keys=True) + "\n").encode())
-
-
 def load_reduction(path: str | Path, app: App) -> dict[str, dict[str, int]]:
-    """The chosen band heights saved by ``sbrs build --memory-limit`` for ``app`` (stale files refused)."""
-    from sbrs.plan.plan import app_fingerprint
+    """The band heights chosen by ``sbrs build --memory-limit`` for ``app``, from its saved plan at ``path``
+    (``sbrs.plan.load_plan`` refuses a stale or modified plan)."""
+    from sbrs.plan import load_plan
 
-    file = str(path)
-    try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("no reduction file (run `sbrs build APP.yaml --memory-limit MB` first)", file=file) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"not a readable reduction file: {exc}", file=file) from None
-    if not isinstance(document, dict) or document.get("format") != REDUCTION_FORMAT:
-        raise InputError(f"not an sbrs reduction file of format {REDUCTION_FORMAT}", file=file)
-    if document.get("fingerprint") != app_fingerprint(app):
-        raise InputError("stale reduction: built for another version of the app; rebuild it", file=file)
-    bands = document["reduction"]["band_rows"]
-    return {str(s): {str(n): int(b) for n, b in layers.items()} for s, layers in bands.items()}
+    reduction = load_plan(path, app).reduction
+    if reduction is None:
+        raise InputError("the plan has no buffer reduction (run `sbrs build APP.yaml --memory-limit MB`)",
+                         file=str(path))
+    return {str(s): {str(n): int(b) for n, b in layers.items()} for s, layers in reduction["band_rows"].items()}
 
 
 def progress_printer(stream: Any) -> Progress:

@@ -12,7 +12,7 @@ from sbrs.cli import main
 from sbrs.model import CnnModel
 from sbrs.reduction import GaParams, MeasuredCostModel, layer_height, reduce_buffers
 from sbrs.runtime.parts import PartsRuntime
-from sbrs.runtime.parts_build import load_reduction, reduction_path
+from sbrs.runtime.parts_build import load_reduction
 from sbrs.runtime.parts_cost import cached_costs, costs_path, measure_costs
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 
@@ -51,7 +51,7 @@ def test_tight_limit_chooses_a_reduction_and_saves_it(load_example, tmp_path: Pa
     assert report["lower_bound_bytes"] <= report["arena_bytes"]
     assert any(n > 1 for phases in reduction["phases"].values() for n in phases.values())
     app = load_example("tiny")
-    bands = load_reduction(reduction_path(tmp_path / "tiny.plan.json"), app)
+    bands = load_reduction(tmp_path / "tiny.plan.json", app)
     assert bands == reduction["band_rows"]
     references = References(app)  # spot check: the chosen configuration, run for real, equals the models
     with PartsRuntime(app, bands) as runtime:
@@ -64,7 +64,7 @@ def test_tight_limit_chooses_a_reduction_and_saves_it(load_example, tmp_path: Pa
 def test_text_report_prints_the_pareto_front(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = build(tmp_path, capsys, "--memory-limit", "0.25", *FAST)
     assert code == 0
-    assert "Pareto front" in out and "chosen:" in out and "reduction saved to" in out
+    assert "Pareto front" in out and "chosen:" in out and "band heights are saved in the plan" in out
 
 
 def test_unreachable_limit_is_one_line_with_the_smallest_figure(tmp_path: Path,
