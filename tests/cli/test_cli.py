@@ -1,0 +1,69 @@
+"""The command line's own contract: --help everywhere, zoo list/export, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+
+from sbrs.cli import build_parser, main
+
+COMMANDS = ["check", "inspect", "build", "run", "bench", "switch", "env", "status", "zoo"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args([command, "--help"])
+    assert exit_info.value.code == 0
+    assert "usage: sbrs" in capsys.readouterr().out
+
+
+def test_console_script_is_installed() -> None:
+    result = subprocess.run([sys.executable, "-m", "sbrs.cli", "--version"], capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0 and result.stdout.startswith("sbrs ")
+
+
+def test_zoo_list_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["zoo", "list"]) == 0
+    text = capsys.readouterr().out
+    assert "mobilenet_v2" in text and "resnet50" in text and "options:" in text
+    assert main(["zoo", "list", "--json"]) == 0
+    names = {model["name"] for model in json.loads(capsys.readouterr().out)["models"]}
+    assert names == {"mobilenet_v1", "mobilenet_v2", "resnet18", "resnet50", "squeezenet1_1", "efficientnet_b0",
+                     "cifar_resnet", "har_cnn"}
+
+
+def test_zoo_export_writes_a_checked_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "m.onnx"
+    assert main(["zoo", "export", "mobilenet_v2", "-o", str(target), "--width", "0.5", "--resolution", "96",
+                 "--seed", "3", "--option", "classes=10", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["options"] == {"width": 0.5, "resolution": 96, "seed": 3, "classes": 10}
+    model = onnx.load(str(target))
+    onnx.checker.check_model(model, full_check=True)
+    assert [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim] == [1, 3, 96, 96]
+
+
+@pytest.mark.parametrize(("argv", "fragment"), [
+    (["zoo", "export", "alexnet", "-o", "x.onnx"], "alexnet"),
+    (["zoo", "export", "resnet18", "-o", "x.onnx", "--option", "drop_blocks=2"], "drop_blocks"),
+    (["zoo", "export", "resnet18", "-o", "x.onnx", "--option", "speed=2"], "speed"),
+    (["zoo", "export", "resnet18", "-o", "/no/such/dir/x.onnx"], "does not exist"),
+    (["check", "/no/such/app.yaml"], "no such file"),
+])
+def test_bad_input_exits_2_with_one_line(argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("sbrs: error: ") and fragment in err
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["no-such-command"])
+    assert exit_info.value.code == 2
