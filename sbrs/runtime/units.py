@@ -50,7 +50,9 @@ boundary tensor (``sbrs.runtime.arena``). ``unit_model`` builds a unit's ONNX mo
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -299,44 +301,65 @@ def layout_units(models: Mapping[str, CnnModel], moc: Moc, granularity: str,
 
 def _cut_for_switching(runs: Mapping[tuple[StepKey, ...], str], sequences: Mapping[str, tuple[str, ...]],
                        users: Mapping[StepKey, tuple[str, ...]], scenario_steps: Mapping[str, _ScenarioSteps],
-                       switch_steps: int, min_step_work: int) -> tuple[dict[tuple[StepKey, ...], str],
-                                                                       dict[str, tuple[str, ...]]]:
+                       models: Mapping[str, CnnModel], switch_steps: int,
+                       min_step_work: int) -> tuple[dict[tuple[StepKey, ...], str], dict[str, tuple[str, ...]]]:
     """Cut fused runs so that a switch request waits for at most about 1/``switch_steps`` of the old frame.
 
     SBRS-TP (Algorithm 7, line 2) lets the new scenario start only when the old step in flight ends, so one
-    whole-model unit makes every switch wait for the whole old frame. Each run is cut greedily at step
-    boundaries into pieces of at most ``work(frame) / switch_steps`` multiply-accumulates (the smallest frame
-    among the run's users), but a piece is never cut below ``min_step_work``: a session boundary costs
-    ~10-30 µs on CPU (DESIGN.md), which a small piece would not repay. Pieces of a shared run stay shared.
+    whole-model unit makes every switch wait for the whole old frame. A run gets ``ceil(work / limit)`` pieces,
+    ``limit`` = ``work(frame) / switch_steps`` of its smallest user's frame but at least ``min_step_work``
+    multiply-accumulates (a session boundary costs ~10-30 µs on CPU, DESIGN.md, which a small piece would not
+    repay). Each cut goes where the fewest bytes cross it (the session boundary converts every crossing tensor
+    out of and back into ONNX Runtime's blocked layout) among the step boundaries within a quarter of a piece
+    of the ideal, work-balanced position. Pieces of a shared run stay shared.
     """
-    def work(scenario: str, key: StepKey) -> int:
-        steps = scenario_steps[scenario]
-        return layer_work(steps.layers[steps.position[key]])
-
-    frame_work = {s: sum(work(s, key) for key in steps.keys) for s, steps in scenario_steps.items()}
+    frame_work = {s: sum(layer_work(layer) for layer in steps.layers) for s, steps in scenario_steps.items()}
     pieces_of: dict[str, list[tuple[StepKey, ...]]] = {}
     for run, unit_id in runs.items():
         owner = users[run[0]][0]
+        steps = scenario_steps[owner]
+        layers = [steps.layers[steps.position[key]] for key in run]
+        prefix = [0]
+        for layer in layers:
+            prefix.append(prefix[-1] + layer_work(layer))
         limit = max(min(frame_work[s] for s in users[run[0]]) / switch_steps, min_step_work)
-        pieces: list[tuple[StepKey, ...]] = []
-        piece: list[StepKey] = []
-        total = 0
-        remaining = sum(work(owner, key) for key in run)
-        for key in run:
-            step = work(owner, key)
-            if piece and total + step > limit and total >= min_step_work and remaining >= min_step_work:
-                pieces.append(tuple(piece))
-                piece, total = [], 0
-            piece.append(key)
-            total += step
-            remaining -= step
-        pieces.append(tuple(piece))
-        pieces_of[unit_id] = pieces
+        count = min(math.ceil(prefix[-1] / limit), max(prefix[-1] // max(min_step_work, 1), 1))
+        crossing = _crossing_bytes(run, layers, steps, models[owner])
+        cuts: list[int] = []
+        for piece in range(1, count):
+            ideal = piece * prefix[-1] / count
+            window = 0.25 * prefix[-1] / count
+            start = cuts[-1] if cuts else 0
+            candidates = [k for k in range(start + 1, len(run))
+                          if abs(prefix[k] - ideal) <= window and prefix[k] - prefix[start] >= min_step_work
+                          and prefix[-1] - prefix[k] >= min_step_work]
+            if candidates:
+                cuts.append(min(candidates, key=lambda k: (crossing[k], abs(prefix[k] - ideal))))
+        bounds = [0, *cuts, len(run)]
+        pieces_of[unit_id] = [run[a:b] for a, b in itertools.pairwise(bounds)]
     cut: dict[tuple[StepKey, ...], str] = {}
     for pieces in pieces_of.values():
-        for piece in pieces:
-            cut.setdefault(piece, f"u{len(cut) + 1}")
+        for piece_steps in pieces:
+            cut.setdefault(piece_steps, f"u{len(cut) + 1}")
     return cut, {s: tuple(cut[p] for unit_id in calls for p in pieces_of[unit_id]) for s, calls in sequences.items()}
+
+
+def _crossing_bytes(run: Sequence[StepKey], layers: Sequence[Layer], steps: _ScenarioSteps,
+                    model: CnnModel) -> list[int]:
+    """``crossing[k]``: bytes of the tensors produced before position k of ``run`` and read at k or later."""
+    produced: dict[str, tuple[int, int]] = {}  # supergraph tensor → (position, bytes)
+    last_read: dict[str, int] = {}
+    for position, (key, layer) in enumerate(zip(run, layers, strict=True)):
+        for source in steps.sources[key]:
+            last_read[source] = position
+        for output, name in enumerate(layer.outputs):
+            if name:
+                produced[tensor_id(key.layer, output)] = (position, model.tensors[name].nbytes)
+    crossing = [0] * (len(run) + 1)
+    for tensor, (made, size) in produced.items():
+        for k in range(made + 1, last_read.get(tensor, made) + 1):
+            crossing[k] += size
+    return crossing
 
 
 def _weight_bytes(unit: Unit, scenario_steps: Mapping[str, _ScenarioSteps]) -> int:
@@ -382,7 +405,8 @@ def _layout(models: Mapping[str, CnnModel], moc: Moc, granularity: str, private:
         calls.append(runs.setdefault(tuple(run), f"u{len(runs) + 1}"))
         sequences[scenario] = tuple(calls)
     if switch_steps > 1 and granularity == "auto":
-        runs, sequences = _cut_for_switching(runs, sequences, users, scenario_steps, switch_steps, min_step_work)
+        runs, sequences = _cut_for_switching(runs, sequences, users, scenario_steps, models, switch_steps,
+                                             min_step_work)
 
     specs: dict[str, TensorSpec] = {}
     for scenario, model in models.items():
