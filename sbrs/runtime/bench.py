@@ -206,14 +206,15 @@ def measure_switching(app_path: str, *, repeats: int = 7, granularity: str | Non
     """Δ for every ordered pair o → n under naive switching and SBRS-TP, as in thesis Figure 5.7.
 
     Both modes are measured on the SBRS-TP runtime (``transition_arena``, default ``shadow``), so the SSR
-    arrives at the same step of the same units; a naive runtime (``shared`` arena, no switch cuts) is loaded
-    only to report its arena. For each pair and each SSR step s (``ssr_steps``: ``first`` or
+    arrives at the same step of the same units; the arena a naive runtime would need (``shared`` arena, no
+    switch cuts) is planned, not loaded, for the report. For each pair and each SSR step s (``ssr_steps``: ``first`` or
     ``all`` old steps; the SSR arrives as old step s starts, ``Runtime.measure_switch``), the two modes run
     alternately ``repeats`` times and each Δ is the median (DESIGN.md, "Benchmarks"). ``naive_s``/``tp_s``:
     s = 1 (Figure 5.7); ``naive_avg_s``/``tp_avg_s``: mean over s. ``new_latency_s``: median latency of a
     frame on n alone, the physical floor of Δ when the SSR arrives at a frame boundary.
     """
     from sbrs.app import load_app
+    from sbrs.runtime.executor import build_unit_plan
 
     if repeats < 1:
         raise InputError(f"--repeats {repeats}: must be >= 1")
@@ -221,11 +222,11 @@ def measure_switching(app_path: str, *, repeats: int = 7, granularity: str | Non
     shape, dtype = app.config.input.shape, app.config.input.dtype
     rng = np.random.default_rng(0)
     frames = (rng.standard_normal(shape).astype(dtype), rng.standard_normal(shape).astype(dtype))
-    naive = app.runtime(granularity=granularity, transition="naive")
+    naive_arena_bytes = build_unit_plan(app, granularity, transition="naive").arena_bytes
     tp = app.runtime(granularity=granularity, transition="sbrs-tp", transition_arena=transition_arena)
     del app
     pairs: dict[str, Any] = {}
-    with naive, tp:
+    with tp:
         scenarios = tp.scenarios
         latency: dict[str, float] = {}
         for scenario in scenarios:
@@ -270,7 +271,7 @@ def measure_switching(app_path: str, *, repeats: int = 7, granularity: str | Non
         ratios = [row["tp_over_naive"] for row in pairs.values()]
         return {"app": tp.plan.app, "granularity": tp.plan.granularity, "repeats": repeats, "ssr_steps": ssr_steps,
                 "transition_arena": tp.transitions.arena, "arena_bytes": tp.arena_bytes,
-                "naive_arena_bytes": naive.arena_bytes, "schedule": tp.transition_schedule,
+                "naive_arena_bytes": naive_arena_bytes, "schedule": tp.transition_schedule,
                 "mean_tp_over_naive": round(statistics.mean(ratios), 4) if ratios else None,
                 "pairs": pairs}
 
