@@ -155,7 +155,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         return run_app(args.app, frames=args.frames, source=args.input, output=args.output, seed=args.seed,
                        granularity=args.granularity, transition=args.transition, socket_path=args.socket,
-                       listen=args.listen, no_socket=args.no_socket, observers=[observer])
+                       listen=args.listen, no_socket=args.no_socket, order=args.order, observers=[observer])
     finally:
         if metrics_server is not None:
             metrics_server.stop()
@@ -270,6 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="override runtime.granularity of the app")
     run.add_argument("--transition", choices=("sbrs-tp", "naive"), default=None,
                      help="override runtime.transition of the app (how switches run)")
+    run.add_argument("--order", choices=("completion", "stream"), default="completion",
+                     help="order of the JSON lines: as each frame's outputs exist (default; during an SBRS-TP switch "
+                          "the new scenario's first frame may come before the frame in flight) or as frames came")
     where = run.add_mutually_exclusive_group()
     where.add_argument("--socket", default=None, metavar="PATH",
                        help="control socket (default: $XDG_RUNTIME_DIR/sbrs/APP.sock, else /tmp/sbrs-UID/APP.sock)")

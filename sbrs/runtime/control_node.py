@@ -196,23 +196,30 @@ class ControlNode:
 
     # -- the frame loop's side -----------------------------------------------------------------------------
 
-    def take(self) -> SwitchRequest | None:
+    def take(self, accept: Callable[[SwitchRequest], bool] | None = None) -> SwitchRequest | None:
         """Act on the pending request, if any, and return it (None: nothing to switch). Loop thread only.
 
         From here on ``scenario`` is the new scenario (the next frame runs on it) and the request is
         ``executing`` until ``finish``. A pending request naming the current scenario is dropped (accepted).
+        ``accept`` decides, under the node's lock, whether the loop can act on this very request now (the
+        transition table it needs depends on the scenario it names): when it says no, the request stays
+        pending. Deciding on ``pending`` and taking it later would act on whatever request replaced it meanwhile.
         """
         if self.pending is None:
             return None
         with self._lock:
-            request, self.pending = self.pending, None
+            request = self.pending
             if request is None:
                 return None
             if request.scenario == self.scenario:
+                self.pending = None
                 self._report(request, "accepted")
                 if self._fsm.state == "switching" and self.executing is None:
                     self._fsm.trigger("cancel")
                 return None
+            if accept is not None and not accept(request):
+                return None
+            self.pending = None
             self._report(request, "accepted")
             self._executing.append(request)
             self.progress = (0, 0)
@@ -221,10 +228,13 @@ class ControlNode:
             return request
 
     def step_done(self, old_steps: int, new_steps: int) -> None:
-        """Progress of the transition under way (old and new steps finished); shown by ``status``."""
+        """Progress of the transition under way (old and new steps finished); shown by ``status``. The old
+        frame may still be finishing after the switch itself has ended (its new output came first): then
+        there is no switch to report progress on."""
         with self._lock:
             self.progress = (old_steps, new_steps)
-            self._fsm.trigger("step_done")
+            if self._fsm.state == "switching":
+                self._fsm.trigger("step_done")
 
     def finish(self, request: SwitchRequest, old: str, first_output: float, *, ssr_step: int | None,
                overlapped_steps: int, mode: str | None = None) -> SwitchRecord:

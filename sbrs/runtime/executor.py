@@ -22,11 +22,13 @@ finishes on the old scenario with its own output; the next frame runs on the new
 run twice. ``infer`` (one frame at a time) applies a request between frames. ``process(frames)`` is the
 pipelined entry point ``sbrs run`` uses: it sees the next frame while one is in flight, so under SBRS-TP
 (app.yaml ``runtime.transition: sbrs-tp``) a request noticed after old step j starts the next frame on the new
-scenario at once, on a worker thread, while the old frame's remaining steps run on the calling thread; new
-step i waits for old step ``wait_i`` of the transition table (``sbrs.runtime.transition``: Algorithm 6 with
-arena-byte hazards, Algorithm 7 event-driven). ONNX Runtime releases the GIL, so both run at once. Under
-``naive`` the request waits for the frame boundary. Either way the response delay Δ (request arrival → first
-output of the new scenario) is recorded for every switch (``SwitchRecord`` on the frame's result, the node's
+scenario at once, before the old frame's remaining steps (``_Transition``, schedule ``priority``) or beside
+them on a worker thread (``threads``); new step i waits for old step ``wait_i`` of the transition table
+(``sbrs.runtime.transition``: Algorithm 6 with arena-byte hazards, Algorithm 7 event-driven). Results are
+yielded as their outputs exist, so the caller holds the new scenario's output as soon as it is computed, and
+the old frame's result right after (``order="stream"`` keeps stream order). Under ``naive`` the request waits
+for the frame boundary. Either way the response delay Δ (request arrival → first output of the new scenario)
+is recorded for every switch (``SwitchRecord`` on the frame's result, the node's
 status, the observers' ``switch_done``).
 """
 
@@ -68,6 +70,8 @@ if TYPE_CHECKING:
 Frame = np.ndarray | Mapping[str, np.ndarray]
 TRANSITION_ARENAS: tuple[str, ...] = ("shared", "shadow")
 TRANSITION_SCHEDULES: tuple[str, ...] = ("priority", "threads")
+#: The order ``Runtime.process`` yields results in: as their outputs exist, or as the frames came.
+RESULT_ORDERS: tuple[str, ...] = ("completion", "stream")
 
 
 @dataclass(frozen=True)
@@ -339,18 +343,28 @@ class Runtime:
         """
         arrays = self._checked_frame(frame)
         with self._lock:
-            return self._execute(arrays, None, mode="naive")[0].outputs
+            result = self._execute(arrays, 0, None, mode="naive")
+        assert isinstance(result, FrameResult)  # no look-ahead, no transition
+        return result.outputs
 
-    def process(self, frames: Iterable[Frame]) -> Iterator[FrameResult]:
-        """Run ``frames`` in order, one result per frame, in order (the pipelined entry point of ``sbrs run``).
+    def process(self, frames: Iterable[Frame], *, order: str = "completion") -> Iterator[FrameResult]:
+        """Run ``frames`` (the pipelined entry point of ``sbrs run``): one result per frame, each carrying its
+        index in the stream; no frame is lost or run twice.
 
-        Under SBRS-TP a switch request lets the next frame start on the new scenario while the frame in flight
-        finishes on the old one (module docstring); both results then come out together, old frame first.
+        ``order``: ``completion`` (default) yields each result the moment its outputs exist. Outside switches
+        that is stream order. During an SBRS-TP transition the next frame, on the new scenario, may finish
+        before the frame in flight (which finishes on the old scenario): its result then comes first, so
+        the caller holds the new scenario's output as early as it exists; the old frame's result follows.
+        ``stream`` yields in stream order (the new frame's result waits for the old one).
+        While a transition's first result is with the caller, the old frame's rest is still to run: the
+        runtime stays locked (``infer`` from another thread waits) until the caller asks for the next result.
         A malformed frame raises ``InputError`` when its turn comes; the frames before it were all yielded.
         """
-        yield from self._process(frames)
+        if order not in RESULT_ORDERS:
+            raise InputError(f"unknown result order '{order}' (allowed: {', '.join(RESULT_ORDERS)})", field="order")
+        yield from self._process(frames, order=order)
 
-    def _process(self, frames: Iterable[Frame], *, inject: tuple[int, str] | None = None,
+    def _process(self, frames: Iterable[Frame], *, order: str = "completion", inject: tuple[int, str] | None = None,
                  mode: str | None = None) -> Iterator[FrameResult]:
         """``process`` with a test/bench hook: ``inject = (s, name)`` makes an SSR for ``name`` arrive just
         as step s of the first frame starts (thesis step^o_SSR = s); ``mode`` overrides the transition mode."""
@@ -361,15 +375,21 @@ class Runtime:
             if arrays is None:
                 return
             with self._lock:
-                results = self._execute(arrays, lookahead, mode=mode or self.node.mode, inject=inject)
+                outcome = self._execute(arrays, index, lookahead, mode=mode or self.node.mode, inject=inject)
+                if isinstance(outcome, _Transition):
+                    # the old frame's rest may still be in the arena while a result is with the caller
+                    yield from outcome.deliver(order)
+                    index += 2
+                    inject = None
+                    continue
             inject = None
-            for result in results:
-                yield FrameResult(index, result.scenario, result.outputs, result.latency_s, result.switch)
-                index += 1
+            index += 1
+            yield outcome
 
     def measure_switch(self, old: str, new: str, frames: tuple[Frame, Frame], *, ssr_step: int = 1,
                        mode: str | None = None) -> SwitchRecord:
-        """Δ of one switch old → new with the SSR arriving as old step ``ssr_step`` starts (``sbrs bench``).
+        """The runtime's own record of one switch old → new with the SSR arriving as old step ``ssr_step``
+        starts (tests; ``sbrs bench --switching`` measures from the caller's side instead).
 
         Runs ``frames[0]`` on ``old`` (after one frame to settle on it) and ``frames[1]``, which the switch
         sends to ``new``, through the same code as ``process``; returns the switch's record.
@@ -378,7 +398,7 @@ class Runtime:
             raise InputError(f"measure_switch: need two different scenarios, got '{old}' and '{new}'")
         self.switch(old, "bench")
         self.infer(frames[0])
-        results = list(self._process(frames, inject=(ssr_step, new), mode=mode))
+        results = list(self._process(frames, order="stream", inject=(ssr_step, new), mode=mode))
         record = results[1].switch
         if record is None or results[0].scenario != old or results[1].scenario != new:
             raise SbrsRuntimeError(f"measure_switch {old}->{new}: the switch did not happen as planned")
@@ -386,14 +406,14 @@ class Runtime:
 
     # -- the engine -------------------------------------------------------------------------------------
 
-    def _execute(self, arrays: Mapping[str, np.ndarray], lookahead: _Lookahead | None, *, mode: str,
-                 inject: tuple[int, str] | None = None) -> list[FrameResult]:
-        """Run one frame, or one frame and the next during an SBRS-TP transition. The caller holds the lock.
+    def _execute(self, arrays: Mapping[str, np.ndarray], index: int, lookahead: _Lookahead | None, *, mode: str,
+                 inject: tuple[int, str] | None = None) -> FrameResult | _Transition:
+        """Run frame ``index``, or hand it and the next frame to an SBRS-TP transition. The caller holds the lock.
 
         A request pending at the frame boundary sends this frame to the new scenario (nothing is in flight).
         In SBRS-TP mode the pending request is checked after every old step j < |φ^o| (Algorithm 7, line 2: the
         step the SSR arrived in finishes first); when some new step may start before the old frame ends and
-        the next frame is at hand, the transition takes over the rest of the old frame (``_Transition``).
+        the next frame is at hand, a ``_Transition`` takes over the rest of this frame and the next one.
         """
         if self._closed:
             raise SbrsRuntimeError("the runtime is closed")
@@ -410,35 +430,44 @@ class Runtime:
             if inject is not None and inject[0] == step:
                 node.request(inject[1], "bench")
             call()
-            if (mode == "sbrs-tp" and step < last and node.pending is not None and lookahead is not None
-                    and node.pending.scenario != scenario):
-                transition = self._start_transition(scenario, step, lookahead)
-                if transition is not None:
-                    return transition.run(begin, request, previous)
+            if mode == "sbrs-tp" and step < last and lookahead is not None:
+                pending = node.pending  # one read: another thread may replace or clear it at any time
+                if pending is not None and pending.scenario != scenario:
+                    transition = self._start_transition(scenario, step, lookahead)
+                    if transition is not None:
+                        transition.old_frame(index, begin, request, previous)
+                        return transition
         outputs = {name: copy() for name, copy in self._copy_out[scenario].items()}
         done = time.perf_counter()
         node.frame_done(scenario, done - begin)
         record = None
         if request is not None:
             record = node.finish(request, previous, done, ssr_step=None, overlapped_steps=0, mode=mode)
-        return [FrameResult(0, scenario, outputs, done - begin, record)]
+        return FrameResult(index, scenario, outputs, done - begin, record)
 
     def _start_transition(self, old: str, step: int, lookahead: _Lookahead) -> _Transition | None:
-        """The transition old → pending scenario after old step ``step`` (Algorithm 7), if it can help."""
+        """The transition old → pending scenario after old step ``step`` (Algorithm 7), if it can help.
+
+        It helps when new step 1 need not wait for the whole old frame (else the frame boundary does the
+        same). The request is taken atomically with that test (``ControlNode.take``): another thread may
+        replace the pending request while this waits for the next frame.
+        """
+
+        def helps(request: SwitchRequest) -> bool:
+            table = self.transitions.table(old, request.scenario)
+            return not table.wait or max(table.wait[0], step) < table.old_steps
+
         pending = self.node.pending
-        if pending is None:
+        if pending is None or pending.scenario == old or not helps(pending):
             return None
-        table = self.transitions.table(old, pending.scenario)
-        if table.wait and max(table.wait[0], step) >= table.old_steps:
-            return None  # new step 1 must wait for the whole old frame: the frame boundary does the same
         arrays = lookahead.peek()
         if arrays is None:
             return None
-        request = self.node.take()
+        request = self.node.take(helps)
         if request is None:
             return None
         lookahead.take()
-        return _Transition(self, request, old, table, step, arrays)
+        return _Transition(self, request, old, self.transitions.table(old, request.scenario), step, arrays)
 
     def _transition_worker(self) -> ThreadPoolExecutor:
         if self._worker is None:
@@ -517,7 +546,8 @@ class _Transition:
 
     Constraints (Algorithm 7 with the tables of ``sbrs.runtime.transition``): old steps run in order, new
     steps run in order, new step i starts only once old steps 1..wait_i have finished. The SSR was acted on
-    after old step ``ssr_step`` (Algorithm 7, line 2). Two schedules keep them:
+    after old step ``ssr_step`` (Algorithm 7, line 2). ``deliver`` runs both frames and yields each result as
+    its outputs exist (``completion``) or old first (``stream``). Two schedules keep the constraints:
 
     ``priority`` (default): one thread. Whenever the next new step's wait is met it runs, else the next old
     step runs. Deviation from Algorithm 7, which runs old and new steps side by side: on the 2-core machine
@@ -525,11 +555,12 @@ class _Transition:
     two whole models run concurrently took 1.06x (cifar10), 1.24x (tiny), 1.35x (drone) the time of running
     them one after the other (0.80x only for pamap2's tiny 1-D convolutions) — so overlap cannot shorten the
     critical path, but putting the new frame first does: Δ becomes the new frame's own time plus the old steps
-    it must wait for. The old frame still finishes on the old scenario with its own output, later.
+    it must wait for. The old frame still finishes on the old scenario with its own output, right after.
 
-    ``threads``: the new frame on a worker thread, the old frame on the caller (ONNX Runtime releases the GIL);
-    new step i waits on a condition for old step wait_i. Algorithm 7's lock-step barrier is relaxed to these
-    per-step waits (every constraint of X that stems from a hazard is kept, ``transition`` module docstring).
+    ``threads``: the old frame's rest on a worker thread, the new frame on the caller's (ONNX Runtime releases
+    the GIL); new step i waits on a condition for old step wait_i. Algorithm 7's lock-step barrier is relaxed
+    to these per-step waits (every constraint of X that stems from a hazard is kept, ``transition`` module
+    docstring).
     """
 
     def __init__(self, runtime: Runtime, request: SwitchRequest, old: str, table: PairTable, ssr_step: int,
@@ -542,74 +573,105 @@ class _Transition:
         self.ssr_step = ssr_step
         self.arrays = arrays
         self.overlapped = 0
-        self._done = ssr_step
+        self._done = ssr_step  # old steps finished
         self._condition = threading.Condition()
+        self._old_calls = runtime._calls[old]
+        self._old_index, self._old_begin, self._old_request, self._previous = 0, 0.0, None, old
 
-    def run(self, begin: float, request: SwitchRequest | None, previous: str) -> list[FrameResult]:
-        """Finish the old frame (started at ``begin``, maybe itself the first frame of ``request``) and run
-        the new one; both results, old first, the new one carrying the switch record."""
-        runtime, node = self.runtime, self.runtime.node
-        old_calls = runtime._calls[self.old]
-        if runtime.transition_schedule == "threads":
-            future = runtime._transition_worker().submit(self._new_frame_threaded)
+    def old_frame(self, index: int, begin: float, request: SwitchRequest | None, previous: str) -> None:
+        """The frame in flight: its stream index, start time, and the switch it is itself the first frame of
+        (``request`` from ``previous``, decided at its frame boundary), if any."""
+        self._old_index, self._old_begin, self._old_request, self._previous = index, begin, request, previous
+
+    def deliver(self, order: str) -> Iterator[FrameResult]:
+        """Run both frames; yield their results in ``order`` (``Runtime.process``). If the caller stops asking
+        after the first result, the old frame still finishes (its result is dropped with the generator)."""
+        if self.runtime.transition_schedule == "threads":
+            future = self.runtime._transition_worker().submit(self._old_rest)
             try:
-                for step in range(self.ssr_step + 1, len(old_calls) + 1):
-                    old_calls[step - 1]()
-                    if step < len(old_calls):
-                        self._old_done(step)
-                old_outputs = {name: copy() for name, copy in runtime._copy_out[self.old].items()}
+                new_result = self._new_frame_threaded()
+            except BaseException:
+                future.result()
+                raise
+            if order == "completion":
+                try:
+                    yield new_result
+                finally:
+                    old_result = future.result()
+                yield old_result
+            else:
+                yield future.result()
+                yield new_result
+            return
+        old_result, new_result = self._priority()
+        if old_result is None and order == "completion":
+            try:
+                yield new_result
             finally:
-                self._old_done(len(old_calls))  # after the copy-out (it belongs to the last old step)
-            old_end = time.perf_counter()
-            new_outputs, new_begin, new_end = future.result()
-        else:
-            old_outputs, old_end, new_outputs, new_begin, new_end = self._priority(old_calls)
-        mode = "sbrs-tp"
-        node.frame_done(self.old, old_end - begin)
-        node.frame_done(self.new, new_end - new_begin)
-        first = None
-        if request is not None:  # the old frame itself was the first of a switch decided at its boundary
-            first = node.finish(request, previous, old_end, ssr_step=None, overlapped_steps=0, mode=mode)
-        record = node.finish(self.request, self.old, new_end, ssr_step=self.ssr_step,
-                             overlapped_steps=self.overlapped, mode=mode)
-        return [FrameResult(0, self.old, old_outputs, old_end - begin, first),
-                FrameResult(0, self.new, new_outputs, new_end - new_begin, record)]
+                old_result = self._old_rest()
+            yield old_result
+            return
+        if old_result is None:
+            old_result = self._old_rest()
+        yield old_result
+        yield new_result
 
-    def _priority(self, old_calls: tuple[Callable[[], Any], ...]) -> tuple[
-            dict[str, np.ndarray], float, dict[str, np.ndarray], float, float]:
+    def _priority(self) -> tuple[FrameResult | None, FrameResult]:
+        """Until the new frame is done: a new step whenever its wait is met, else the next old step. Returns
+        the old frame's result if it finished meanwhile (else None), and the new frame's."""
         runtime, node = self.runtime, self.runtime.node
         new_calls = runtime._new_calls[self.new]
-        waits = self.table.wait
-        old_steps, new_steps = len(old_calls), len(new_calls)
-        done_old, done_new = self.ssr_step, 0
-        old_outputs: dict[str, np.ndarray] | None = None
-        old_end = new_begin = new_end = 0.0
-        while done_new < new_steps:
-            if waits[done_new] <= done_old:
-                if done_new == 0:
-                    new_begin = time.perf_counter()
-                    for array in self.arrays.values():
-                        runtime._new_copy_in[self.new](array)
-                if done_old < old_steps:
-                    self.overlapped += 1
-                new_calls[done_new]()
-                done_new += 1
-            else:
-                old_calls[done_old]()
-                done_old += 1
-                if done_old == old_steps:
-                    old_outputs = {name: copy() for name, copy in runtime._copy_out[self.old].items()}
-                    old_end = time.perf_counter()
-            node.step_done(done_old, done_new)
-        new_outputs = {name: copy() for name, copy in runtime._new_copy_out[self.new].items()}
-        new_end = time.perf_counter()
-        while done_old < old_steps:
-            old_calls[done_old]()
-            done_old += 1
-        if old_outputs is None:
-            old_outputs = {name: copy() for name, copy in runtime._copy_out[self.old].items()}
-            old_end = time.perf_counter()
-        return old_outputs, old_end, new_outputs, new_begin, new_end
+        waits, old_steps = self.table.wait, len(self._old_calls)
+        old_result: FrameResult | None = None
+        new_begin = 0.0
+        for step, call in enumerate(new_calls):
+            while waits[step] > self._done:
+                self._old_calls[self._done]()
+                self._done += 1
+                if self._done == old_steps:
+                    old_result = self._old_result()
+                node.step_done(self._done, step)
+            if step == 0:
+                new_begin = time.perf_counter()
+                for array in self.arrays.values():
+                    runtime._new_copy_in[self.new](array)
+            if self._done < old_steps:
+                self.overlapped += 1
+            call()
+            node.step_done(self._done, step + 1)
+        return old_result, self._new_result(new_begin)
+
+    def _old_rest(self) -> FrameResult:
+        """The old frame's remaining steps and its result (caller's thread, or the worker under ``threads``)."""
+        old_steps = len(self._old_calls)
+        try:
+            for step in range(self._done + 1, old_steps + 1):
+                self._old_calls[step - 1]()
+                if step < old_steps:
+                    self._old_done(step)
+            return self._old_result()
+        finally:
+            self._old_done(old_steps)  # after the copy-out (it belongs to the last old step)
+
+    def _old_result(self) -> FrameResult:
+        runtime, node = self.runtime, self.runtime.node
+        outputs = {name: copy() for name, copy in runtime._copy_out[self.old].items()}
+        end = time.perf_counter()
+        node.frame_done(self.old, end - self._old_begin)
+        record = None
+        if self._old_request is not None:
+            record = node.finish(self._old_request, self._previous, end, ssr_step=None, overlapped_steps=0,
+                                 mode="sbrs-tp")
+        return FrameResult(self._old_index, self.old, outputs, end - self._old_begin, record)
+
+    def _new_result(self, begin: float) -> FrameResult:
+        runtime, node = self.runtime, self.runtime.node
+        outputs = {name: copy() for name, copy in runtime._new_copy_out[self.new].items()}
+        end = time.perf_counter()
+        node.frame_done(self.new, end - begin)
+        record = node.finish(self.request, self.old, end, ssr_step=self.ssr_step, overlapped_steps=self.overlapped,
+                             mode="sbrs-tp")
+        return FrameResult(self._old_index + 1, self.new, outputs, end - begin, record)
 
     def _old_done(self, step: int) -> None:
         with self._condition:
@@ -617,12 +679,11 @@ class _Transition:
             self._condition.notify_all()
         self.runtime.node.step_done(step, 0)
 
-    def _new_frame_threaded(self) -> tuple[dict[str, np.ndarray], float, float]:
+    def _new_frame_threaded(self) -> FrameResult:
         runtime, new = self.runtime, self.new
-        calls = runtime._new_calls[new]
         old_steps = self.table.old_steps
         begin = time.perf_counter()
-        for step, (call, wait) in enumerate(zip(calls, self.table.wait, strict=True), 1):
+        for step, (call, wait) in enumerate(zip(runtime._new_calls[new], self.table.wait, strict=True), 1):
             if self._done < wait:
                 with self._condition:
                     while self._done < wait:
@@ -633,5 +694,4 @@ class _Transition:
                 for array in self.arrays.values():
                     runtime._new_copy_in[new](array)
             call()
-        outputs = {name: copy() for name, copy in runtime._new_copy_out[new].items()}
-        return outputs, begin, time.perf_counter()
+        return self._new_result(begin)

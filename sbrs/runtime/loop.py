@@ -13,7 +13,9 @@ stage), a ``PolicyController`` deciding scenarios from the environment, and the 
 (median of its recent frame latencies) and its memory (its parameters plus the peak of its boundary
 tensors in the arena) are given to the policy (``update_measurements``).
 
-One JSON line per frame: ``{"frame": i, "scenario": name, "latency_s": x, "outputs": {name: summary}}``
+One JSON line per frame, in completion order by default (``--order``; ``Runtime.process``: the first frame
+of a new scenario may come before the frame that was in flight when the switch came, whose line follows):
+``{"frame": i, "scenario": name, "latency_s": x, "outputs": {name: summary}}``
 where a 2-D class output ``[1, C]`` is summarised by its ``top5`` ``[[index, value], ...]`` and any other
 output by ``mean``/``min``/``max``; both carry the ``shape``. The first frame of a new scenario also carries
 ``"switch": {"old", "new", "response_delay_s", ...}``.
@@ -112,8 +114,9 @@ class RunSummary:
 
 def run_frames(runtime: Runtime, frames: Iterable[np.ndarray], *, limit: int | None = None,
                on_frame: Callable[[FrameRecord], None] | None = None,
-               stop: threading.Event | None = None) -> RunSummary:
-    """Run ``frames`` (at most ``limit``) through ``runtime.process`` until they end or ``stop`` is set."""
+               stop: threading.Event | None = None, order: str = "completion") -> RunSummary:
+    """Run ``frames`` (at most ``limit``) through ``runtime.process`` until they end or ``stop`` is set;
+    ``on_frame`` gets the frames in ``order`` (``Runtime.process``)."""
     summary = RunSummary(arena_bytes=runtime.arena_bytes)
     stop = stop or threading.Event()
 
@@ -124,7 +127,7 @@ def run_frames(runtime: Runtime, frames: Iterable[np.ndarray], *, limit: int | N
             yield frame
 
     started = time.perf_counter()
-    results = runtime.process(feed())
+    results = runtime.process(feed(), order=order)
     try:
         for result in results:
             summary.frames[result.scenario] = summary.frames.get(result.scenario, 0) + 1
@@ -209,7 +212,8 @@ def scenario_memory_mb(app: Any, runtime: Runtime) -> dict[str, float]:
 
 def run_app(app_path: str, *, frames: int | None, source: str | None, output: str | None, seed: int,
             granularity: str | None = None, transition: str | None = None, socket_path: str | None = None,
-            listen: str | None = None, no_socket: bool = False, observers: Iterable[RunObserver] = ()) -> int:
+            listen: str | None = None, no_socket: bool = False, order: str = "completion",
+            observers: Iterable[RunObserver] = ()) -> int:
     """``sbrs run``: load the app, serve the control socket, run frames (JSON lines to stdout or ``output``),
     the summary to stderr. ``observers`` (``RunObserver``) get every run event (metrics plug in here)."""
     from sbrs.app import load_app
@@ -252,7 +256,8 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
                 server.start()
                 sys.stderr.write(f"sbrs run: control socket {server.socket_path}\n")
             try:
-                summary = run_frames(runtime, frame_source, limit=frames, on_frame=on_frame, stop=stop)
+                summary = run_frames(runtime, frame_source, limit=frames, on_frame=on_frame, stop=stop,
+                                     order=order)
             finally:
                 runtime.node.shutdown()
                 if server is not None:

@@ -157,7 +157,8 @@ def test_burst_of_socket_requests_while_frames_run(load_example: Callable[[str],
     assert all(r["ok"] for r in replies if r.get("op") != "switch" or r.get("code") != "unknown_scenario")
     assert sum(1 for r in replies if not r["ok"]) == 100
     frames_done = [r for r in records if hasattr(r, "outputs")]
-    assert frames_done and [r.index for r in frames_done] == list(range(len(frames_done)))
+    # completion order: a transition's new frame may come before the old one; none is lost or repeated
+    assert frames_done and sorted(r.index for r in frames_done) == list(range(len(frames_done)))
     for record in frames_done[:: max(1, len(frames_done) // 50)]:
         frame = frames[record.index % len(frames)]
         assert_equivalent(record.outputs, refs.outputs(record.scenario, frame), f"frame {record.index}")

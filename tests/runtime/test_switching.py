@@ -89,14 +89,18 @@ def test_every_pair_and_ssr_step_is_equivalent(tiny_runtimes: dict[str, Runtime]
             if old == new:
                 continue
             for step in range(1, len(runtime.plan.sequences[old]) + 1):
-                runtime.switch(old)
-                runtime.infer(frames[0])
-                results = list(runtime._process(frames, inject=(step, new)))
-                assert [r.scenario for r in results] == [old, new]
-                assert results[1].switch is not None and results[1].switch.response_delay_s > 0
-                for result, frame in zip(results, frames, strict=True):
-                    assert_equivalent(result.outputs, tiny_refs.outputs(result.scenario, frame),
-                                      f"{kind} {old}->{new} SSR at step {step}")
+                for order in ("stream", "completion"):
+                    runtime.switch(old)
+                    runtime.infer(frames[0])
+                    results = list(runtime._process(frames, order=order, inject=(step, new)))
+                    if order == "completion":  # the new frame's result may come first, never another way
+                        results.sort(key=lambda r: r.index)
+                    assert [r.index for r in results] == [0, 1]
+                    assert [r.scenario for r in results] == [old, new]
+                    assert results[1].switch is not None and results[1].switch.response_delay_s > 0
+                    for result, frame in zip(results, frames, strict=True):
+                        assert_equivalent(result.outputs, tiny_refs.outputs(result.scenario, frame),
+                                          f"{kind} {old}->{new} SSR at step {step}, {order} order")
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -136,7 +140,8 @@ def test_random_switches_keep_every_frame(tiny_runtimes: dict[str, Runtime], tin
     finally:
         done.set()
         thread.join()
-    assert [r.index for r in results] == list(range(count))
+    assert sorted(r.index for r in results) == list(range(count))
+    results.sort(key=lambda r: r.index)
     for result, frame in zip(results, frames, strict=True):
         assert_equivalent(result.outputs, tiny_refs.outputs(result.scenario, frame), f"{kind} frame {result.index}")
     assert runtime.node.state in ("running", "switching")
@@ -153,7 +158,7 @@ def test_bigger_apps_switch_correctly(load_example: Callable[[str], App], name: 
             for step in (1, max(1, len(runtime.plan.sequences[old]) // 2)):
                 runtime.switch(old)
                 runtime.infer(frames[2])
-                results = list(runtime._process(frames[:2], inject=(step, new)))
+                results = list(runtime._process(frames[:2], order="stream", inject=(step, new)))
                 assert [r.scenario for r in results] == [old, new]
                 for result, frame in zip(results, frames[:2], strict=True):
                     assert_equivalent(result.outputs, refs.outputs(result.scenario, frame), f"{old}->{new}@{step}")
