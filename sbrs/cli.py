@@ -165,14 +165,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from sbrs.runtime.bench import bench_app, format_report, format_switching, measure_switching
 
     if args.switching:
-        report = measure_switching(args.app, repeats=args.repeats, granularity=args.granularity,
-                                   transition_arena=args.transition_arena, ssr_steps=args.ssr_steps)
+        report = measure_switching(args.app, repeats=args.repeats or 10, granularity=args.granularity,
+                                   transition_arena=args.transition_arena, methods=tuple(args.methods.split(",")))
         if args.json:
             _print_json(report)
         else:
             print(format_switching(report))
         return 0
-    report = bench_app(args.app, frames=args.frames, repeats=args.repeats, granularity=args.granularity)
+    report = bench_app(args.app, frames=args.frames, repeats=args.repeats or 3, granularity=args.granularity)
     if args.json:
         _print_json(report)
     else:
@@ -286,15 +286,19 @@ def build_parser() -> argparse.ArgumentParser:
     bench = add("bench", cmd_bench, "throughput per scenario against plain ONNX Runtime, and process memory")
     bench.add_argument("app", metavar="APP.yaml")
     bench.add_argument("--frames", type=int, default=20, help="frames per timed block")
-    bench.add_argument("--repeats", type=int, default=3, help="timed blocks per side and scenario (median)")
+    bench.add_argument("--repeats", type=int, default=None,
+                       help="timed blocks per side and scenario (median; default 3); with --switching, samples per "
+                            "ordered pair and method (default 10)")
     bench.add_argument("--granularity", choices=("auto", "layer"), default=None,
                        help="override runtime.granularity of the app")
     bench.add_argument("--switching", action="store_true",
-                       help="switch response delay of every ordered pair, naive vs SBRS-TP (thesis Figure 5.7)")
+                       help="switch response delay of every ordered pair as the caller sees it, sbrs (SBRS-TP, "
+                            "naive) against plain ONNX Runtime (thesis Figure 5.7)")
     bench.add_argument("--transition-arena", choices=("shadow", "shared"), default=None,
                        help="with --switching: SBRS-TP's arena (default shadow)")
-    bench.add_argument("--ssr-steps", choices=("all", "first"), default="all",
-                       help="with --switching: average over every SSR step, or only the first old step")
+    bench.add_argument("--methods", default="sbrs-tp,sbrs-naive,ort-all,ort-load", metavar="M,M,...",
+                       help="with --switching: what to measure (sbrs-tp, sbrs-naive, ort-all: plain ONNX Runtime with "
+                            "every session loaded, ort-load: ONNX Runtime loading the new session on a switch)")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
 
     from sbrs.server.client import add_client_commands

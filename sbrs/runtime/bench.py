@@ -23,8 +23,9 @@ import json
 import statistics
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -198,94 +199,207 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-# -- switching: the response delay Δ of every ordered pair (thesis Figure 5.7) ----------------------------
+# -- switching: the response delay Δ as the caller sees it (thesis Figure 5.7, measured from outside) ------
+
+#: How the switches are made in ``measure_switching``: sbrs under SBRS-TP and naive switching, plain ONNX
+#: Runtime with every scenario's session loaded (switch at the frame boundary), and ONNX Runtime loading the
+#: new scenario's session when the switch comes (the two things a user would do without sbrs).
+SWITCH_METHODS: tuple[str, ...] = ("sbrs-tp", "sbrs-naive", "ort-all", "ort-load")
+#: Seconds a single Δ sample may stream frames before the bench gives up on it. The request thread may wait
+#: for a core and the GIL for milliseconds (its request time is taken once it runs, so Δ is not affected).
+MAX_SAMPLE_S = 5.0
 
 
-def measure_switching(app_path: str, *, repeats: int = 7, granularity: str | None = None,
-                      transition_arena: str | None = None, ssr_steps: str = "all") -> dict[str, Any]:
-    """Δ for every ordered pair o → n under naive switching and SBRS-TP, as in thesis Figure 5.7.
+class _DelayedRequest:
+    """A thread that waits ``delay_s``, notes the time and makes the switch request (``ask()``): the request
+    arrives at a random point of a frame, from another thread, as a socket or policy request would."""
 
-    Both modes are measured on the SBRS-TP runtime (``transition_arena``, default ``shadow``), so the SSR
-    arrives at the same step of the same units; the arena a naive runtime would need (``shared`` arena, no
-    switch cuts) is planned, not loaded, for the report. For each pair and each SSR step s (``ssr_steps``: ``first`` or
-    ``all`` old steps; the SSR arrives as old step s starts, ``Runtime.measure_switch``), the two modes run
-    alternately ``repeats`` times and each Δ is the median (DESIGN.md, "Benchmarks"). ``naive_s``/``tp_s``:
-    s = 1 (Figure 5.7); ``naive_avg_s``/``tp_avg_s``: mean over s. ``new_latency_s``: median latency of a
-    frame on n alone, the physical floor of Δ when the SSR arrives at a frame boundary.
+    def __init__(self, delay_s: float, ask: Callable[[], None]) -> None:
+        self.requested: float | None = None
+        self._delay_s = delay_s
+        self._ask = ask
+        self._thread = threading.Thread(target=self._run, name="sbrs-bench-request", daemon=True)
+
+    def _run(self) -> None:
+        time.sleep(self._delay_s)
+        self.requested = time.perf_counter()
+        self._ask()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self) -> float:
+        self._thread.join()
+        assert self.requested is not None
+        return self.requested
+
+
+def _sbrs_delay(runtime: Any, old: str, new: str, frame: np.ndarray, delay_s: float,
+                mode: str) -> tuple[float, float]:
+    """One caller-side Δ of sbrs: frames stream on ``old``, the request comes ``delay_s`` after the stream
+    starts; Δ = request → the caller holds the first result of ``new``. Also the runtime's own record of it."""
+    runtime.switch(old, "bench")
+    runtime.infer(frame)  # settled on old, nothing pending
+    request = _DelayedRequest(delay_s, lambda: runtime.switch(new, "bench"))
+
+    def stream() -> Iterator[np.ndarray]:
+        request.start()
+        end = time.perf_counter() + MAX_SAMPLE_S
+        while time.perf_counter() < end:
+            yield frame
+
+    results = runtime._process(stream(), mode=mode)
+    try:
+        for result in results:
+            if result.scenario == new:
+                held = time.perf_counter()
+                internal = result.switch.response_delay_s if result.switch is not None else float("nan")
+                return held - request.join(), internal
+    finally:
+        results.close()  # a transition's old frame still finishes (``_Transition.deliver``)
+    raise SbrsRuntimeError(f"bench: the switch {old}->{new} did not happen within {MAX_SAMPLE_S} s")
+
+
+def _ort_delay(sessions: dict[str, Any], old: str, new: str, feed_name: str, frame: np.ndarray, delay_s: float,
+               load: Callable[[str], Any] | None) -> float:
+    """One caller-side Δ of plain ONNX Runtime, the same request thread: the loop switches session at the frame
+    boundary; with ``load``, the new session is created then (and the old one dropped), else all are loaded."""
+    active = {old: sessions[old]} if load is None else {old: load(old)}
+    current = old
+    wanted = [old]
+    active[old].run(None, {feed_name: frame})
+    request = _DelayedRequest(delay_s, lambda: wanted.__setitem__(0, new))
+    request.start()
+    end = time.perf_counter() + MAX_SAMPLE_S
+    while time.perf_counter() < end:
+        if wanted[0] != current:
+            current = wanted[0]
+            if load is not None:
+                active = {current: load(current)}
+        active.get(current, sessions[current]).run(None, {feed_name: frame})
+        if current == new:
+            return time.perf_counter() - request.join()
+    raise SbrsRuntimeError(f"bench: the ORT switch {old}->{new} did not happen within {MAX_SAMPLE_S} s")
+
+
+def _summary(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return {"mean_s": round(statistics.fmean(ordered), 7), "p95_s": round(p95, 7)}
+
+
+def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | None = None,
+                      transition_arena: str | None = None, methods: tuple[str, ...] = SWITCH_METHODS,
+                      seed: int = 0) -> dict[str, Any]:
+    """Δ for every ordered pair o → n, seen from the caller, for each of ``methods`` (``SWITCH_METHODS``).
+
+    One sample: frames stream on o back to back; a thread makes the switch request after a random delay,
+    uniform over one frame of o (ONNX Runtime's median frame time), so the request lands at a random point of
+    a frame; Δ runs from the moment the thread makes the request to the moment the caller holds the first
+    output of n (``Runtime.process`` in completion order for sbrs). Every repetition draws one delay and runs
+    every method with it, in a shuffled order (DESIGN.md, "Benchmarks": the alternatives in the same run,
+    interleaved). Reported per pair and over all pairs: mean and p95 per method, the ratios of the means to
+    ``ort-all``, and beside them the runtime's own record of Δ (``SwitchRecord``; from the request's arrival
+    at the control node to the new output's copy-out, before the caller has it).
     """
-    from sbrs.app import load_app
-    from sbrs.runtime.executor import build_unit_plan
+    import random
 
-    if repeats < 1:
-        raise InputError(f"--repeats {repeats}: must be >= 1")
+    from sbrs.app import load_app
+    from sbrs.runtime.device import create_session
+
+    unknown = [m for m in methods if m not in SWITCH_METHODS]
+    if repeats < 1 or unknown or not methods:
+        raise InputError(f"--repeats {repeats} must be >= 1 and methods among {', '.join(SWITCH_METHODS)}"
+                         + (f" (got {', '.join(unknown)})" if unknown else ""))
     app = load_app(app_path)
     shape, dtype = app.config.input.shape, app.config.input.dtype
-    rng = np.random.default_rng(0)
-    frames = (rng.standard_normal(shape).astype(dtype), rng.standard_normal(shape).astype(dtype))
-    naive_arena_bytes = build_unit_plan(app, granularity, transition="naive").arena_bytes
-    tp = app.runtime(granularity=granularity, transition="sbrs-tp", transition_arena=transition_arena)
+    frame = np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+    paths = {s.name: s.model_path for s in app.config.scenarios}
+    runtime = app.runtime(granularity=granularity, transition="sbrs-tp", transition_arena=transition_arena)
     del app
-    pairs: dict[str, Any] = {}
-    with tp:
-        scenarios = tp.scenarios
-        latency: dict[str, float] = {}
-        for scenario in scenarios:
-            tp.switch(scenario, "bench")
+    rng = random.Random(seed)
+    with runtime:
+        providers = runtime.providers
+        sessions = {name: create_session(path, providers) for name, path in paths.items()}
+        feed_name = next(iter(sessions.values())).get_inputs()[0].name
+
+        def load(name: str) -> Any:
+            return create_session(paths[name], providers)
+
+        frame_s: dict[str, float] = {}
+        for name, session in sessions.items():
             for _ in range(WARMUP_FRAMES):
-                tp.infer(frames[0])
+                session.run(None, {feed_name: frame})
+                runtime.switch(name, "bench")
+                runtime.infer(frame)
             times = []
-            for _ in range(max(repeats, 5)):
+            for _ in range(max(5, repeats)):
                 start = time.perf_counter()
-                tp.infer(frames[0])
+                session.run(None, {feed_name: frame})
                 times.append(time.perf_counter() - start)
-            latency[scenario] = statistics.median(times)
-        for old in scenarios:
-            for new in scenarios:
+            frame_s[name] = statistics.median(times)
+        run_method: dict[str, Callable[[str, str, float], tuple[float, float | None]]] = {
+            "sbrs-tp": lambda o, n, d: _sbrs_delay(runtime, o, n, frame, d, "sbrs-tp"),
+            "sbrs-naive": lambda o, n, d: _sbrs_delay(runtime, o, n, frame, d, "naive"),
+            "ort-all": lambda o, n, d: (_ort_delay(sessions, o, n, feed_name, frame, d, None), None),
+            "ort-load": lambda o, n, d: (_ort_delay(sessions, o, n, feed_name, frame, d, load), None),
+        }
+        pairs: dict[str, Any] = {}
+        every: dict[str, list[float]] = {m: [] for m in methods}
+        every_internal: dict[str, list[float]] = {m: [] for m in methods if m.startswith("sbrs")}
+        for old in runtime.scenarios:
+            for new in runtime.scenarios:
                 if old == new:
                     continue
-                steps = len(tp.plan.sequences[old])
-                chosen = [1] if ssr_steps == "first" else list(range(1, steps + 1))
-                by_step: dict[str, list[float]] = {"naive": [], "tp": []}
-                overlapped = 0
-                for step in chosen:
-                    samples: dict[str, list[float]] = {"naive": [], "tp": []}
-                    for _ in range(repeats):
-                        # Both modes run on the same steps (the SSR arrives at the same point of the old
-                        # frame); naive switching waits for the frame boundary whatever the arena.
-                        samples["naive"].append(tp.measure_switch(old, new, frames, ssr_step=step, mode="naive")
-                                                .response_delay_s)
-                        record = tp.measure_switch(old, new, frames, ssr_step=step)
-                        samples["tp"].append(record.response_delay_s)
-                        if step == 1:
-                            overlapped = record.overlapped_steps
-                    for key in by_step:
-                        by_step[key].append(statistics.median(samples[key]))
-                naive_s, tp_s = by_step["naive"][0], by_step["tp"][0]
-                pairs[f"{old}->{new}"] = {
-                    "naive_s": round(naive_s, 7), "tp_s": round(tp_s, 7), "new_latency_s": round(latency[new], 7),
-                    "naive_avg_s": round(statistics.mean(by_step["naive"]), 7),
-                    "tp_avg_s": round(statistics.mean(by_step["tp"]), 7),
-                    "tp_over_naive": round(tp_s / naive_s, 4), "tp_over_new_latency": round(tp_s / latency[new], 4),
-                    "old_steps": steps, "new_steps": len(tp.plan.sequences[new]), "overlapped_steps": overlapped,
-                }
-        ratios = [row["tp_over_naive"] for row in pairs.values()]
-        return {"app": tp.plan.app, "granularity": tp.plan.granularity, "repeats": repeats, "ssr_steps": ssr_steps,
-                "transition_arena": tp.transitions.arena, "arena_bytes": tp.arena_bytes,
-                "naive_arena_bytes": naive_arena_bytes, "schedule": tp.transition_schedule,
-                "mean_tp_over_naive": round(statistics.mean(ratios), 4) if ratios else None,
-                "pairs": pairs}
+                samples: dict[str, list[float]] = {m: [] for m in methods}
+                internal: dict[str, list[float]] = {m: [] for m in every_internal}
+                for _ in range(repeats):
+                    delay = rng.uniform(0.0, frame_s[old])
+                    for method in rng.sample(methods, len(methods)):
+                        caller, recorded = run_method[method](old, new, delay)
+                        samples[method].append(caller)
+                        if recorded is not None:
+                            internal[method].append(recorded)
+                row: dict[str, Any] = {"old_frame_s": round(frame_s[old], 7), "new_frame_s": round(frame_s[new], 7)}
+                for method in methods:
+                    row[method] = _summary(samples[method])
+                    every[method].extend(samples[method])
+                    if method in internal:
+                        row[method]["internal_mean_s"] = round(statistics.fmean(internal[method]), 7)
+                        every_internal[method].extend(internal[method])
+                if "ort-all" in methods:
+                    row["ratios"] = {m: round(row[m]["mean_s"] / row["ort-all"]["mean_s"], 4)
+                                     for m in methods if m != "ort-all"}
+                pairs[f"{old}->{new}"] = row
+        overall: dict[str, Any] = {m: _summary(every[m]) for m in methods}
+        for method, values in every_internal.items():
+            overall[method]["internal_mean_s"] = round(statistics.fmean(values), 7)
+        if "ort-all" in methods:
+            overall["ratios"] = {m: round(overall[m]["mean_s"] / overall["ort-all"]["mean_s"], 4)
+                                 for m in methods if m != "ort-all"}
+        return {"app": runtime.plan.app, "granularity": runtime.plan.granularity, "repeats": repeats,
+                "transition_arena": runtime.transitions.arena, "schedule": runtime.transition_schedule,
+                "arena_bytes": runtime.arena_bytes, "methods": list(methods), "overall": overall, "pairs": pairs}
 
 
 def format_switching(report: dict[str, Any]) -> str:
-    """Figure 5.7 as a table: Δ per ordered pair under naive and SBRS-TP, in milliseconds."""
-    lines = [f"app {report['app']}: switch response delay Δ (ms), granularity {report['granularity']}, SBRS-TP arena "
-             f"{report['transition_arena']} {report['arena_bytes']} bytes (naive {report['naive_arena_bytes']}), "
-             f"median of {report['repeats']}",
-             f"{'pair':<26} {'naive':>8} {'tp':>8} {'tp/naive':>8} {'new frame':>9} {'tp/new':>7} {'naive avg':>9} "
-             f"{'tp avg':>8}"]
-    for key, row in report["pairs"].items():
-        lines.append(f"{key:<26} {row['naive_s'] * 1e3:>8.3f} {row['tp_s'] * 1e3:>8.3f} {row['tp_over_naive']:>8.3f} "
-                     f"{row['new_latency_s'] * 1e3:>9.3f} {row['tp_over_new_latency']:>7.3f} "
-                     f"{row['naive_avg_s'] * 1e3:>9.3f} {row['tp_avg_s'] * 1e3:>8.3f}")
-    lines.append(f"mean tp/naive {report['mean_tp_over_naive']}")
+    """Δ per ordered pair as the caller sees it: mean (p95) per method in ms, the ratio to plain ORT."""
+    methods = report["methods"]
+    lines = [f"app {report['app']}: switch response delay Δ seen by the caller (request at a random point of a "
+             f"frame → the caller holds the new scenario's output), ms, mean (p95) of {report['repeats']} per pair; "
+             f"SBRS-TP arena {report['transition_arena']}, schedule {report['schedule']}",
+             f"{'pair':<26}" + "".join(f"{m:>20}" for m in methods) + "  sbrs-tp/ort-all"]
+
+    def row(name: str, values: dict[str, Any]) -> str:
+        cells = "".join(f"{values[m]['mean_s'] * 1e3:>11.3f} ({values[m]['p95_s'] * 1e3:>6.3f})" for m in methods)
+        ratio = values.get("ratios", {}).get("sbrs-tp")
+        return f"{name:<26}{cells}  {'' if ratio is None else f'{ratio:.3f}'}"
+
+    lines.extend(row(key, values) for key, values in report["pairs"].items())
+    lines.append(row("all pairs", report["overall"]))
+    recorded = [f"{m} {report['overall'][m]['internal_mean_s'] * 1e3:.3f} ms" for m in methods
+                if "internal_mean_s" in report["overall"][m]]
+    if recorded:
+        lines.append("the runtime's own record of Δ (SwitchRecord, before the caller has the output), mean: "
+                     + ", ".join(recorded))
     return "\n".join(lines)

@@ -151,6 +151,8 @@ class Runtime:
         self._lock = threading.Lock()
         self._closed = False
         self._worker: ThreadPoolExecutor | None = None
+        # bookkeeping of frames already handed to the caller: (scenario, seconds, switch request, its record)
+        self._unsettled: list[tuple[str, float, SwitchRequest | None, SwitchRecord | None]] = []
         self._bindings: dict[tuple[str, int], tuple[list[tuple[str, int, int]], list[tuple[str, int, int]]]] = {}
 
         specs = {t.id: t.spec for t in self.plan.tensors}
@@ -344,6 +346,7 @@ class Runtime:
         arrays = self._checked_frame(frame)
         with self._lock:
             result = self._execute(arrays, 0, None, mode="naive")
+            self._settle()
         assert isinstance(result, FrameResult)  # no look-ahead, no transition
         return result.outputs
 
@@ -370,21 +373,25 @@ class Runtime:
         as step s of the first frame starts (thesis step^o_SSR = s); ``mode`` overrides the transition mode."""
         lookahead = _Lookahead(iter(frames), self._checked_frame)
         index = 0
-        while True:
-            arrays = lookahead.take()
-            if arrays is None:
-                return
+        try:
+            while True:
+                arrays = lookahead.take()
+                if arrays is None:
+                    return
+                with self._lock:
+                    outcome = self._execute(arrays, index, lookahead, mode=mode or self.node.mode, inject=inject)
+                    if isinstance(outcome, _Transition):
+                        # the old frame's rest may still be in the arena while a result is with the caller
+                        yield from outcome.deliver(order)
+                        index += 2
+                        inject = None
+                        continue
+                inject = None
+                index += 1
+                yield outcome
+        finally:
             with self._lock:
-                outcome = self._execute(arrays, index, lookahead, mode=mode or self.node.mode, inject=inject)
-                if isinstance(outcome, _Transition):
-                    # the old frame's rest may still be in the arena while a result is with the caller
-                    yield from outcome.deliver(order)
-                    index += 2
-                    inject = None
-                    continue
-            inject = None
-            index += 1
-            yield outcome
+                self._settle()
 
     def measure_switch(self, old: str, new: str, frames: tuple[Frame, Frame], *, ssr_step: int = 1,
                        mode: str | None = None) -> SwitchRecord:
@@ -418,6 +425,8 @@ class Runtime:
         if self._closed:
             raise SbrsRuntimeError("the runtime is closed")
         node = self.node
+        if node.pending is None:  # else the switch goes first: the previous frame's bookkeeping waits a frame
+            self._settle()
         previous = node.scenario
         request = node.take()
         scenario = node.scenario
@@ -430,6 +439,8 @@ class Runtime:
             if inject is not None and inject[0] == step:
                 node.request(inject[1], "bench")
             call()
+            if step == 1 and request is not None and last > 1:
+                node.begin(request)  # after the new scenario's first step (ControlNode docstring)
             if mode == "sbrs-tp" and step < last and lookahead is not None:
                 pending = node.pending  # one read: another thread may replace or clear it at any time
                 if pending is not None and pending.scenario != scenario:
@@ -439,11 +450,25 @@ class Runtime:
                         return transition
         outputs = {name: copy() for name, copy in self._copy_out[scenario].items()}
         done = time.perf_counter()
-        node.frame_done(scenario, done - begin)
         record = None
         if request is not None:
-            record = node.finish(request, previous, done, ssr_step=None, overlapped_steps=0, mode=mode)
+            record = node.record(request, previous, done, ssr_step=None, overlapped_steps=0, mode=mode)
+        self._unsettled.append((scenario, done - begin, request, record))
         return FrameResult(index, scenario, outputs, done - begin, record)
+
+    def _settle(self) -> None:
+        """The bookkeeping of frames whose results went out (observers' ``frame_done``, the control node's end
+        of a switch), done after the caller has them so that Δ does not include it. The caller holds the lock;
+        every entry point settles before running a frame (unless a switch request is pending: then after that
+        frame), ``infer`` before it returns and ``process`` when it ends."""
+        if not self._unsettled:
+            return
+        node = self.node
+        for scenario, seconds, request, record in self._unsettled:
+            node.frame_done(scenario, seconds)
+            if request is not None and record is not None:
+                node.settle(request, record)
+        self._unsettled.clear()
 
     def _start_transition(self, old: str, step: int, lookahead: _Lookahead) -> _Transition | None:
         """The transition old → pending scenario after old step ``step`` (Algorithm 7), if it can help.
@@ -476,6 +501,10 @@ class Runtime:
 
     def _checked_frame(self, frame: Frame) -> dict[str, np.ndarray]:
         names = tuple(self.input_specs)
+        if type(frame) is np.ndarray and len(names) == 1:  # the usual case, checked with the least work
+            shape, dtype = self.input_specs[names[0]]
+            if frame.shape == shape and frame.dtype == dtype:
+                return {names[0]: frame}
         if isinstance(frame, Mapping):
             if set(frame) != set(names):
                 raise InputError(f"expected inputs {list(names)}, got {sorted(map(str, frame))}",
@@ -638,6 +667,8 @@ class _Transition:
             if self._done < old_steps:
                 self.overlapped += 1
             call()
+            if step == 0 and len(new_calls) > 1:
+                node.begin(self.request)
             node.step_done(self._done, step + 1)
         return old_result, self._new_result(new_begin)
 
@@ -657,20 +688,20 @@ class _Transition:
         runtime, node = self.runtime, self.runtime.node
         outputs = {name: copy() for name, copy in runtime._copy_out[self.old].items()}
         end = time.perf_counter()
-        node.frame_done(self.old, end - self._old_begin)
         record = None
         if self._old_request is not None:
-            record = node.finish(self._old_request, self._previous, end, ssr_step=None, overlapped_steps=0,
+            record = node.record(self._old_request, self._previous, end, ssr_step=None, overlapped_steps=0,
                                  mode="sbrs-tp")
+        runtime._unsettled.append((self.old, end - self._old_begin, self._old_request, record))
         return FrameResult(self._old_index, self.old, outputs, end - self._old_begin, record)
 
     def _new_result(self, begin: float) -> FrameResult:
         runtime, node = self.runtime, self.runtime.node
         outputs = {name: copy() for name, copy in runtime._new_copy_out[self.new].items()}
         end = time.perf_counter()
-        node.frame_done(self.new, end - begin)
-        record = node.finish(self.request, self.old, end, ssr_step=self.ssr_step, overlapped_steps=self.overlapped,
+        record = node.record(self.request, self.old, end, ssr_step=self.ssr_step, overlapped_steps=self.overlapped,
                              mode="sbrs-tp")
+        runtime._unsettled.append((self.new, end - begin, self.request, record))
         return FrameResult(self._old_index + 1, self.new, outputs, end - begin, record)
 
     def _old_done(self, step: int) -> None:
@@ -694,4 +725,6 @@ class _Transition:
                 for array in self.arrays.values():
                     runtime._new_copy_in[new](array)
             call()
+            if step == 1 and len(self.table.wait) > 1:
+                runtime.node.begin(self.request)
         return self._new_result(begin)

@@ -61,22 +61,25 @@ def test_state_machine_transitions() -> None:
     assert node.state == "running"
     node.request("a", "socket")  # the current scenario: nothing to do
     assert node.state == "running" and node.pending is None
-    node.request("b", "socket")
-    assert node.state == "switching" and node.target == "b"
+    node.request("b", "socket")  # posted: the frame loop acts on it at its next step boundary
+    assert node.state == "running" and node.target == "b" and node.status()["pending"] == "b"
     node.request("c", "socket")  # replaces b before it was acted on
     assert node.pending is not None and node.pending.scenario == "c"
     request = node.take()
     assert request is not None and request.scenario == "c" and node.scenario == "c"
+    assert node.state == "running" and node.status()["switching_to"] == "c"  # acted on; its frame not begun
+    node.begin(request)
+    assert node.state == "switching"
     node.request("a", "socket")  # arrives mid-switch: kept for later, not ignored (deviation from 5.7.4)
     node.step_done(1, 1)
+    follow = node.take()  # a second switch begins before the first ended (an SBRS-TP transition's old frame)
+    assert follow is not None and follow.scenario == "a" and node.state == "switching"
     record = node.finish(request, "a", request.arrived + 0.5, ssr_step=1, overlapped_steps=1)
-    assert record.response_delay_s == pytest.approx(0.5) and node.state == "switching"
-    follow = node.take()
-    assert follow is not None and follow.scenario == "a"
+    assert record.response_delay_s == pytest.approx(0.5) and node.state == "switching"  # a is still under way
     node.finish(follow, "c", follow.arrived + 0.1, ssr_step=None, overlapped_steps=0)
     assert node.state == "running" and node.switches == 2
     node.request("b", "environment")
-    node.request("a", "api")  # cancels: back to running on a
+    node.request("a", "api")  # withdraws b: nothing to switch
     assert node.state == "running" and node.pending is None
     node.shutdown()
     assert node.state == "stopping"
@@ -85,7 +88,7 @@ def test_state_machine_transitions() -> None:
     node.halt()
     assert node.state == "stopped"
     states = [args[0] for args in recorder.named("state_changed")]
-    assert states == ["loading", "running", "switching", "running", "switching", "running", "stopping", "stopped"]
+    assert states == ["loading", "running", "switching", "running", "stopping", "stopped"]
     results = Counter(args[1] for args in recorder.named("request_handled"))
     assert results == {"accepted": 4, "replaced": 1}  # b replaced by c; the policy's own SSRs are not requests
     assert [args[:2] for args in recorder.named("switch_done")] == [("a", "c"), ("c", "a")]
