@@ -4,7 +4,10 @@
 returns once it listens, ``stop()`` closes every connection and removes the socket file; it is a context
 manager. Each client is served by its own coroutine, and the controller is called on a small worker-thread
 pool, so a client that sends half a line and stalls, or never reads its replies, holds up nobody but itself,
-and neither does a slow controller call. At most ``max_clients`` connections are served at once; one more
+and neither does a slow controller call. ``switch`` requests are the exception: they only post a switch
+request to the control node (a lock held for microseconds, never inference), so they run on the loop's own
+thread — the hop to a worker thread and back cost the tiny app ~0.4 ms of its reply time (0.82-1.09 → 0.44-0.59
+ms mean, ``benchmarks/socket_switching.py``), and the switch itself waited for it. At most ``max_clients`` connections are served at once; one more
 gets a ``too_many_clients`` error reply and is closed.
 
 The Unix socket is bound and chmod-ed to 0600 before ``listen()``, so no other user can ever connect. An
@@ -346,6 +349,8 @@ class Server:
             return error_reply(exc, *reply_context(message))
         loop = asyncio.get_running_loop()
         try:
+            if request.op == "switch":  # posts an SSR and returns (never waits for inference): no thread hop
+                return execute(request, self.controller, self.stats)
             return await loop.run_in_executor(self._executor, execute, request, self.controller, self.stats)
         except Exception as exc:  # a controller bug must not take the server down
             text = " ".join(str(exc).split())[:200]

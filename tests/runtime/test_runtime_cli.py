@@ -92,3 +92,31 @@ def test_bench_smoke_reports_every_key(capsys: pytest.CaptureFixture[str]) -> No
         assert {"fps", "ort_fps", "ratio"} <= set(row)
     assert main(["bench", TINY, "--frames", "2", "--repeats", "1", "--granularity", "layer"]) == 0
     assert "ratio" in capsys.readouterr().out
+
+
+def test_bench_switching_reports_caller_side_delays(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", TINY, "--switching", "--json", "--repeats", "2"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    methods = ["sbrs-tp", "sbrs-naive", "ort-all", "ort-load"]
+    assert report["methods"] == methods
+    assert set(report["pairs"]) == {f"{a}->{b}" for a in ("full", "skip", "exit") for b in ("full", "skip", "exit")
+                                    if a != b}
+    for row in [*report["pairs"].values(), report["overall"]]:
+        for method in methods:
+            assert 0 < row[method]["mean_s"] <= row[method]["p95_s"] * 2
+        # the caller's clock starts before the request reaches the runtime and stops after the output left it
+        for method in ("sbrs-tp", "sbrs-naive"):
+            assert 0 < row[method]["internal_mean_s"] <= row[method]["mean_s"]
+        assert set(row["ratios"]) == {"sbrs-tp", "sbrs-naive", "ort-load"}
+    assert main(["bench", TINY, "--switching", "--repeats", "1", "--methods", "sbrs-tp,ort-all"]) == 0
+    assert "sbrs-tp/ort-all" in capsys.readouterr().out
+    assert main(["bench", TINY, "--switching", "--methods", "sbrs-tp,nope"]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+def test_run_order_option_is_validated(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", TINY, "--frames", "1", "--order", "sideways"])
+    assert exit_info.value.code == 2
+    assert main(["run", TINY, "--frames", "3", "--order", "stream", "--no-socket"]) == 0
+    assert [json.loads(line)["frame"] for line in capsys.readouterr().out.splitlines()] == [0, 1, 2]

@@ -162,3 +162,43 @@ def test_bigger_apps_switch_correctly(load_example: Callable[[str], App], name: 
                 assert [r.scenario for r in results] == [old, new]
                 for result, frame in zip(results, frames[:2], strict=True):
                     assert_equivalent(result.outputs, refs.outputs(result.scenario, frame), f"{old}->{new}@{step}")
+
+
+@pytest.mark.parametrize("schedule", ["priority", "threads"])
+def test_the_new_scenario_output_comes_first(load_example: Callable[[str], App], schedule: str) -> None:
+    """Completion order: when a transition lets the next frame start on the new scenario mid-frame, the caller
+    gets that frame's result before the old frame's (which still finishes, on the old scenario, right after)."""
+    app = load_example("cifar10")
+    refs = References(app)
+    frames = [random_frame(app, k) for k in range(2)]
+    with app.runtime(transition="sbrs-tp", transition_schedule=schedule) as runtime:
+        old, new = runtime.scenarios[0], runtime.scenarios[1]
+        table = runtime.transitions.table(old, new)
+        assert table.old_steps > 1 and table.wait[0] <= 1  # a transition from old step 1 can help
+        runtime.switch(old)
+        runtime.infer(frames[1])
+        switches = runtime.node.switches
+        results = list(runtime._process(frames, order="completion", inject=(1, new)))
+        assert [(r.index, r.scenario) for r in results] == [(1, new), (0, old)]
+        assert results[0].switch is not None and results[0].switch.ssr_step == 1
+        for result in results:
+            assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]),
+                              f"{schedule} frame {result.index}")
+        assert runtime.node.state == "running" and runtime.node.switches == switches + 1
+
+
+def test_a_caller_that_stops_after_the_new_output_leaves_the_runtime_consistent(
+        load_example: Callable[[str], App]) -> None:
+    app = load_example("cifar10")
+    refs = References(app)
+    frames = [random_frame(app, k) for k in range(3)]
+    with app.runtime(transition="sbrs-tp") as runtime:
+        old, new = runtime.scenarios[0], runtime.scenarios[2]
+        runtime.switch(old)
+        runtime.infer(frames[2])
+        results = runtime._process(frames[:2], inject=(1, new))
+        first = next(results)
+        assert first.scenario == new
+        results.close()  # the old frame's rest still runs; its result goes nowhere
+        assert runtime.node.state == "running" and runtime.node.status()["switching_to"] is None
+        assert_equivalent(runtime.infer(frames[2]), refs.outputs(new, frames[2]), "after an abandoned stream")
