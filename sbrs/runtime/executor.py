@@ -615,6 +615,7 @@ class _Transition:
     def deliver(self, order: str) -> Iterator[FrameResult]:
         """Run both frames; yield their results in ``order`` (``Runtime.process``). If the caller stops asking
         after the first result, the old frame still finishes (its result is dropped with the generator)."""
+        finish_old: Callable[[], FrameResult]
         if self.runtime.transition_schedule == "threads":
             future = self.runtime._transition_worker().submit(self._old_rest)
             try:
@@ -622,28 +623,21 @@ class _Transition:
             except BaseException:
                 future.result()
                 raise
-            if order == "completion":
-                try:
-                    yield new_result
-                finally:
-                    old_result = future.result()
-                yield old_result
-            else:
-                yield future.result()
-                yield new_result
-            return
-        old_result, new_result = self._priority()
-        if old_result is None and order == "completion":
+            finish_old = future.result
+        else:
+            old_result, new_result = self._priority()
+            if old_result is not None:  # the new frame had to wait for the whole old one: it came first
+                order = "stream"
+            finish_old = self._old_rest if old_result is None else lambda: old_result
+        if order == "completion":
             try:
                 yield new_result
             finally:
-                old_result = self._old_rest()
-            yield old_result
-            return
-        if old_result is None:
-            old_result = self._old_rest()
-        yield old_result
-        yield new_result
+                old_done = finish_old()
+            yield old_done
+        else:
+            yield finish_old()
+            yield new_result
 
     def _priority(self) -> tuple[FrameResult | None, FrameResult]:
         """Until the new frame is done: a new step whenever its wait is met, else the next old step. Returns

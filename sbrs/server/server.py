@@ -6,9 +6,10 @@ manager. Each client is served by its own coroutine, and the controller is calle
 pool, so a client that sends half a line and stalls, or never reads its replies, holds up nobody but itself,
 and neither does a slow controller call. ``switch`` requests are the exception: they only post a switch
 request to the control node (a lock held for microseconds, never inference), so they run on the loop's own
-thread — the hop to a worker thread and back cost the tiny app ~0.4 ms of its reply time (0.82-1.09 → 0.44-0.59
-ms mean, ``benchmarks/socket_switching.py``), and the switch itself waited for it. At most ``max_clients`` connections are served at once; one more
-gets a ``too_many_clients`` error reply and is closed.
+thread — the hop to a worker thread and back cost the tiny app ~0.4 ms of its reply time (0.82-1.09 →
+0.44-0.59 ms mean, ``benchmarks/socket_switching.py``), and the switch itself waited for it. At most
+``max_clients`` connections are served at once; one more gets a ``too_many_clients`` error reply and is
+closed.
 
 The Unix socket is bound and chmod-ed to 0600 before ``listen()``, so no other user can ever connect. An
 existing path is replaced only when it is a socket nobody listens on (stale); a live socket or any other
