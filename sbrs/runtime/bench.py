@@ -269,14 +269,19 @@ def _ort_delay(sessions: dict[str, Any], old: str, new: str, feed_name: str, fra
     wanted = [old]
     active[old].run(None, {feed_name: frame})
     request = _DelayedRequest(delay_s, lambda: wanted.__setitem__(0, new))
-    request.start()
-    end = time.perf_counter() + MAX_SAMPLE_S
-    while time.perf_counter() < end:
+
+    def stream() -> Iterator[np.ndarray]:  # the same frame source as sbrs gets
+        request.start()
+        end = time.perf_counter() + MAX_SAMPLE_S
+        while time.perf_counter() < end:
+            yield frame
+
+    for arrays in stream():
         if wanted[0] != current:
             current = wanted[0]
             if load is not None:
                 active = {current: load(current)}
-        active.get(current, sessions[current]).run(None, {feed_name: frame})
+        active.get(current, sessions[current]).run(None, {feed_name: arrays})
         if current == new:
             return time.perf_counter() - request.join()
     raise SbrsRuntimeError(f"bench: the ORT switch {old}->{new} did not happen within {MAX_SAMPLE_S} s")

@@ -74,7 +74,7 @@ TRANSITION_SCHEDULES: tuple[str, ...] = ("priority", "threads")
 RESULT_ORDERS: tuple[str, ...] = ("completion", "stream")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: it is built on the switch's critical path, and frozen costs 3x
 class FrameResult:
     """One processed frame: its index in the stream, the scenario that processed it, its outputs, its latency
     (from copying it in to its outputs copied out) and, on the first frame of a new scenario, the switch."""
@@ -363,9 +363,9 @@ class Runtime:
         runtime stays locked (``infer`` from another thread waits) until the caller asks for the next result.
         A malformed frame raises ``InputError`` when its turn comes; the frames before it were all yielded.
         """
-        if order not in RESULT_ORDERS:
+        if order not in RESULT_ORDERS:  # checked at the call, not at the first result
             raise InputError(f"unknown result order '{order}' (allowed: {', '.join(RESULT_ORDERS)})", field="order")
-        yield from self._process(frames, order=order)
+        return self._process(frames, order=order)
 
     def _process(self, frames: Iterable[Frame], *, order: str = "completion", inject: tuple[int, str] | None = None,
                  mode: str | None = None) -> Iterator[FrameResult]:
@@ -565,8 +565,10 @@ class _Lookahead:
         return self._next
 
     def take(self) -> dict[str, np.ndarray] | None:
-        arrays = self.peek()
-        self._next = None
+        arrays, self._next = self._next, None
+        if arrays is None:
+            frame = next(self._frames, None)
+            return None if frame is None else self._check(frame)
         return arrays
 
 
