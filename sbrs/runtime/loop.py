@@ -29,6 +29,7 @@ import signal
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from types import FrameType
@@ -78,15 +79,29 @@ def summarize_output(value: np.ndarray) -> dict[str, Any]:
     return summary
 
 
+RECENT_SWITCHES = 16  # switch records a summary keeps (a run may switch millions of times)
+
+
 @dataclass
 class RunSummary:
-    """Frames per scenario, wall time and the arena size of one run (mutable while the run goes on)."""
+    """Frames per scenario, wall time and the arena size of one run (mutable while the run goes on).
+
+    Memory stays constant however long the run: switches are counted (with the sum of their delays), and only
+    the last ``RECENT_SWITCHES`` records are kept.
+    """
 
     arena_bytes: int
     frames: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     interrupted: bool = False
-    switches: list[SwitchRecord] = field(default_factory=list)
+    switch_count: int = 0
+    switch_delay_total_s: float = 0.0
+    recent_switches: deque[SwitchRecord] = field(default_factory=lambda: deque(maxlen=RECENT_SWITCHES))
+
+    def add_switch(self, record: SwitchRecord) -> None:
+        self.switch_count += 1
+        self.switch_delay_total_s += record.response_delay_s
+        self.recent_switches.append(record)
 
     @property
     def total_frames(self) -> int:
@@ -99,14 +114,16 @@ class RunSummary:
     def to_dict(self) -> dict[str, Any]:
         return {"frames": self.total_frames, "frames_per_scenario": dict(self.frames),
                 "seconds": round(self.seconds, 6), "fps": round(self.fps, 3), "arena_bytes": self.arena_bytes,
-                "interrupted": self.interrupted, "switches": [record.to_dict() for record in self.switches]}
+                "interrupted": self.interrupted, "switches": self.switch_count,
+                "mean_response_delay_s": round(self.switch_delay_total_s / self.switch_count, 6)
+                if self.switch_count else None,
+                "recent_switches": [record.to_dict() for record in self.recent_switches]}
 
     def to_text(self) -> str:
         per_scenario = ", ".join(f"{name} {count}" for name, count in self.frames.items()) or "none"
         stopped = " (stopped by a signal)" if self.interrupted else ""
-        delays = [record.response_delay_s for record in self.switches]
-        switched = (f"; {len(delays)} switches, response delay mean {sum(delays) / len(delays) * 1e3:.3f} ms"
-                    if delays else "")
+        switched = (f"; {self.switch_count} switches, response delay mean "
+                    f"{self.switch_delay_total_s / self.switch_count * 1e3:.3f} ms" if self.switch_count else "")
         return (f"sbrs run: {self.total_frames} frames in {self.seconds:.3f} s, {self.fps:.1f} fps{stopped}; "
                 f"frames per scenario: {per_scenario}{switched}; arena {self.arena_bytes} bytes (tensors between "
                 f"execution units; tensors inside units are ONNX Runtime's own memory)")
@@ -132,7 +149,7 @@ def run_frames(runtime: Runtime, frames: Iterable[np.ndarray], *, limit: int | N
         for result in results:
             summary.frames[result.scenario] = summary.frames.get(result.scenario, 0) + 1
             if result.switch is not None:
-                summary.switches.append(result.switch)
+                summary.add_switch(result.switch)
             if on_frame is not None:
                 on_frame(FrameRecord(result.index, result.scenario, result.latency_s, result.outputs, result.switch))
     finally:
@@ -169,9 +186,13 @@ class Measurements:
                 self._controller.update_measurements(scenario, {"fps": 1.0 / median})
 
 
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 @contextlib.contextmanager
 def stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """While inside, SIGINT and SIGTERM set ``stop`` instead of killing the process (main thread only)."""
+    """While inside, SIGINT, SIGTERM and SIGHUP (the terminal went away) set ``stop`` instead of killing the
+    process (main thread only). A second signal during the shutdown only sets it again."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -179,7 +200,7 @@ def stop_on_signals(stop: threading.Event) -> Iterator[None]:
     def request_stop(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, request_stop) for sig in STOP_SIGNALS}
     try:
         yield
     finally:
@@ -226,44 +247,53 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
 
     if frames is not None and frames < 0:
         raise InputError(f"{frames}: expected a number >= 0", field="--frames")
-    fan_out = Observers(observers)
-    app = load_app(app_path)
-    frame_source = open_frames(source, app.config.input, seed)
-    runtime = app.runtime(granularity=granularity, transition=transition, observers=fan_out)
-    config = app.config
-    memory = scenario_memory_mb(app, runtime)
-    del app  # the runtime keeps what it needs; the models' weights can go
-    release_free_memory()
-    controller = PolicyController(config, runtime.switch, current=runtime.scenario, switch_source=True)
-    measurements = Measurements(controller, memory)
-    server = None if no_socket else Server(controller, socket_path, listen=listen, app_name=config.name,
-                                           stats=ObservedRequestStats(fan_out))
-    try:
-        stream = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
-    except OSError as exc:
-        runtime.close()
-        raise InputError(f"{output}: cannot write ({exc.strerror})", field="--output") from None
-    writer = json_lines_writer(stream)
-
-    def on_frame(record: FrameRecord) -> None:
-        writer(record)
-        measurements.frame(record)
-
+    if no_socket and listen is not None:
+        raise InputError("--listen serves the control protocol on TCP, --no-socket serves none: choose one",
+                         field="--listen")
     stop = threading.Event()
-    try:
-        with runtime, stop_on_signals(stop):
-            if server is not None:
-                server.start()
-                sys.stderr.write(f"sbrs run: control socket {server.socket_path}\n")
-            try:
-                summary = run_frames(runtime, frame_source, limit=frames, on_frame=on_frame, stop=stop,
-                                     order=order)
-            finally:
-                runtime.node.shutdown()
+    # Signals stop the run from here to the end: one during loading ends the run before its first frame, a
+    # second one during the shutdown changes nothing (the summary is still written, the socket removed).
+    with stop_on_signals(stop):
+        fan_out = Observers(observers)
+        app = load_app(app_path)
+        frame_source = open_frames(source, app.config.input, seed)
+        runtime = app.runtime(granularity=granularity, transition=transition, observers=fan_out)
+        config = app.config
+        memory = scenario_memory_mb(app, runtime)
+        del app  # the runtime keeps what it needs; the models' weights can go
+        release_free_memory()
+        controller = PolicyController(config, runtime.switch, current=runtime.scenario, switch_source=True)
+        measurements = Measurements(controller, memory)
+        server = None if no_socket else Server(controller, socket_path, listen=listen, app_name=config.name,
+                                               stats=ObservedRequestStats(fan_out))
+        try:
+            stream = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
+        except OSError as exc:
+            runtime.close()
+            raise InputError(f"{output}: cannot write ({exc.strerror})", field="--output") from None
+        writer = json_lines_writer(stream)
+
+        def on_frame(record: FrameRecord) -> None:
+            writer(record)
+            measurements.frame(record)
+
+        try:
+            with runtime:
                 if server is not None:
-                    server.stop()
-    finally:
-        if stream is not sys.stdout:
-            stream.close()
-    sys.stderr.write(summary.to_text() + "\n")
+                    server.start()
+                    sys.stderr.write(f"sbrs run: control socket {server.socket_path}\n")
+                    if server.tcp_address is not None:
+                        host, port = server.tcp_address
+                        sys.stderr.write(f"sbrs run: control protocol on tcp {host}:{port}\n")
+                try:
+                    summary = run_frames(runtime, frame_source, limit=frames, on_frame=on_frame, stop=stop,
+                                         order=order)
+                finally:
+                    runtime.node.shutdown()
+                    if server is not None:
+                        server.stop()
+        finally:
+            if stream is not sys.stdout:
+                stream.close()
+        sys.stderr.write(summary.to_text() + "\n")
     return 0

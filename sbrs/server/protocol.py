@@ -15,7 +15,8 @@ Error codes: ``too_long`` (a line over 64 KiB; the rest of it, up to the next ne
 ``bad_encoding`` (not UTF-8), ``bad_json`` (not JSON, NaN/Infinity, duplicate keys, too deeply nested),
 ``not_object``, ``missing_field``, ``unknown_op``, ``unknown_key``, ``bad_field`` (wrong type, bools are not
 numbers, out of range, weights not summing to 1), ``unknown_scenario``, ``switch_failed``, ``too_many_clients``,
-``internal``. Every error leaves the server and the runtime as they were (DESIGN.md invariant 5).
+``idle_timeout`` (nothing received for a while; the connection is closed), ``internal``. Every error leaves the
+server and the runtime as they were (DESIGN.md invariant 5).
 """
 
 from __future__ import annotations
@@ -166,6 +167,8 @@ def decode_message(line: bytes) -> dict[str, Any]:
         raise RequestError("bad_json", f"invalid JSON: {exc.msg} at column {exc.colno}") from None
     except RecursionError:
         raise RequestError("bad_json", "JSON nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer beyond Python's digit limit for int() conversion
+        raise RequestError("bad_json", f"invalid JSON value: {' '.join(str(exc).split())[:120]}") from None
     if not isinstance(message, dict):
         raise RequestError("not_object", f"a request is a JSON object, got {type(message).__name__}")
     return message

@@ -8,8 +8,11 @@ and neither does a slow controller call. ``switch`` requests are the exception: 
 request to the control node (a lock held for microseconds, never inference), so they run on the loop's own
 thread — the hop to a worker thread and back cost the tiny app ~0.4 ms of its reply time (0.82-1.09 →
 0.44-0.59 ms mean, ``benchmarks/socket_switching.py``), and the switch itself waited for it. At most
-``max_clients`` connections are served at once; one more gets a ``too_many_clients`` error reply and is
-closed.
+``max_clients`` connections are served at once, and each is closed after ``idle_timeout_s`` without a byte
+(error reply ``idle_timeout``), so connections that never finish a line cannot hold the slots for long. Past
+``max_clients``, up to as many more connections may each send one ``status`` request within a second (what an
+operator needs to see what is going on) and get it answered; anything else there, and any further connection,
+gets ``too_many_clients`` and is closed.
 
 The Unix socket is bound and chmod-ed to 0600 before ``listen()``, so no other user can ever connect. An
 existing path is replaced only when it is a socket nobody listens on (stale); a live socket or any other
@@ -52,6 +55,8 @@ START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 5.0
 REFUSE_WAIT_S = 1.0
+IDLE_TIMEOUT_S = 60.0
+"""A connection that sends nothing for this long gets an ``idle_timeout`` reply and is closed."""
 
 
 def default_socket_dir() -> Path:
@@ -163,10 +168,12 @@ class Server:
 
     def __init__(self, controller: Controller, socket_path: str | os.PathLike[str] | None = None, *,
                  listen: str | None = None, app_name: str = "sbrs", max_clients: int = 64, workers: int = 4,
-                 stats: RequestStats | None = None) -> None:
+                 stats: RequestStats | None = None, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
         self.controller = controller
         self.stats = stats or RequestStats()
         self.max_clients = max_clients
+        self.idle_timeout_s = idle_timeout_s
+        self._extra = 0  # connections past max_clients waiting (briefly) for a status request
         self._default_path = socket_path is None
         self.socket_path: Path = Path(socket_path) if socket_path is not None else default_socket_path(app_name)
         self._listen = parse_listen(listen) if listen is not None else None
@@ -291,7 +298,14 @@ class Server:
             if self._stopping is None or self._stopping.is_set():
                 return  # the finally clause closes the connection
             if self._served >= self.max_clients:
-                await self._refuse(reader, writer)
+                if self._extra >= self.max_clients:
+                    await self._refuse(reader, writer)
+                    return
+                self._extra += 1
+                try:
+                    await self._status_only(reader, writer)
+                finally:
+                    self._extra -= 1
                 return
             self._served += 1
             try:
@@ -321,11 +335,41 @@ class Server:
         except (OSError, asyncio.TimeoutError):
             pass
 
+    async def _status_only(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """The connection past ``max_clients``: one ``status`` request is answered, anything else refused."""
+        try:
+            line = await asyncio.wait_for(reader.readline(), REFUSE_WAIT_S)
+        except (OSError, ValueError, asyncio.TimeoutError):  # ValueError: a line beyond the stream's limit
+            line = b""
+        try:
+            message = decode_message(line.rstrip(b"\n")) if line.strip() else {}
+        except RequestError:
+            message = {}
+        if message.get("op") == "status" and set(message) <= {"op", "id"}:
+            reply = await self._reply(line.rstrip(b"\n"))
+        else:
+            reply = error_reply(RequestError("too_many_clients", f"more than {self.max_clients} clients; only a "
+                                             "status request is answered now; try later"))
+        self.stats.count(reply)
+        try:
+            writer.write(encode_reply(reply))
+            writer.close()
+            await asyncio.wait_for(writer.wait_closed(), REFUSE_WAIT_S)
+        except (OSError, asyncio.TimeoutError):
+            pass
+
     async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Read lines and answer each in order until the client closes its side."""
+        """Read lines and answer each in order until the client closes its side or stays idle too long."""
         splitter = LineSplitter()
         while True:
-            data = await reader.read(READ_CHUNK)
+            try:
+                data = await asyncio.wait_for(reader.read(READ_CHUNK), self.idle_timeout_s)
+            except asyncio.TimeoutError:
+                reply = error_reply(RequestError("idle_timeout", f"nothing received for {self.idle_timeout_s:g} s;"
+                                                 " connection closed"))
+                self.stats.count(reply)
+                writer.write(encode_reply(reply))
+                return
             lines = splitter.feed(data) if data else [splitter.finish()]
             for line in lines:
                 if line is None and not data:

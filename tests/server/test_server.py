@@ -7,6 +7,7 @@ import os
 import socket
 import stat
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -263,7 +264,35 @@ def test_too_many_clients(controller: FakeController, sock_dir: Path) -> None:
         first, second = Connection(server.socket_path, TIMEOUT), Connection(server.socket_path, TIMEOUT)
         try:
             assert first.request({"op": "status"})["ok"] and second.request({"op": "status"})["ok"]
-            assert send_request(server.socket_path, {"op": "status"}, TIMEOUT)["code"] == "too_many_clients"
+            # past max_clients one connection at a time may still ask for status, nothing else
+            assert send_request(server.socket_path, {"op": "status"}, TIMEOUT)["ok"]
+            refused = send_request(server.socket_path, {"op": "switch", "scenario": "eco"}, TIMEOUT)
+            assert refused["code"] == "too_many_clients" and "status" in refused["error"]
+            holders = [Connection(server.socket_path, TIMEOUT) for _ in range(2)]  # wait without a request
+            try:
+                time.sleep(0.1)
+                assert send_request(server.socket_path, {"op": "status"}, TIMEOUT)["code"] == "too_many_clients"
+            finally:
+                for holder in holders:
+                    holder.close()
         finally:
             first.close()
             second.close()
+
+
+def test_idle_connections_are_closed_and_never_lock_out_status(controller: FakeController, sock_dir: Path) -> None:
+    """Issue 14, row 3: 64 connections that never send a newline used up every slot for as long as they lived."""
+    with Server(controller, sock_dir / "s.sock", max_clients=8, idle_timeout_s=0.5) as server:
+        stalled = [Connection(server.socket_path, TIMEOUT) for _ in range(64)]
+        try:
+            for connection in stalled:
+                connection.send_raw(b'{"op": "sta')  # half a line, never finished
+            time.sleep(1.2)  # the ones past the served slots were given a second for a status request
+            assert send_request(server.socket_path, {"op": "status"}, TIMEOUT)["ok"]
+            time.sleep(0.5)
+            assert send_request(server.socket_path, {"op": "switch", "scenario": "eco"}, TIMEOUT)["ok"]
+            reply = stalled[0].read_reply()
+            assert reply["code"] == "idle_timeout"
+        finally:
+            for connection in stalled:
+                connection.close()
