@@ -1,4 +1,9 @@
-"""The ``/metrics`` HTTP endpoint: prometheus-client's WSGI app on a small threading server that can be stopped.
+"""The ``/metrics`` HTTP endpoint: prometheus-client's WSGI app on a small, bounded server that can be stopped.
+
+Bounded: ``WORKERS`` threads serve the connections (a fixed pool, not a thread per connection), each
+connection is closed after ``CONNECTION_TIMEOUT_S`` without a byte, and at most ``MAX_PENDING`` connections
+wait for a worker; more are closed at once. A scraper needs one connection for a few milliseconds, so
+hundreds of idle connections cost a bounded handful of threads and sockets, never one thread each.
 
 By default it binds to loopback only (``127.0.0.1``): a device's metrics are read by a local Prometheus or
 through an SSH tunnel. Serving on another address needs ``allow_remote=True`` (app.yaml
@@ -10,7 +15,7 @@ from __future__ import annotations
 import errno
 import socket
 import threading
-from socketserver import ThreadingMixIn
+from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -25,16 +30,51 @@ DEFAULT_PORT = 9464
 DEFAULT_ADDRESS = "127.0.0.1"
 POLL_INTERVAL_S = 0.05
 """How often the serving thread checks for ``stop()`` (the delay of a stop)."""
+WORKERS = 4
+MAX_PENDING = 32
+CONNECTION_TIMEOUT_S = 5.0
 
 
-class _ThreadingServer(ThreadingMixIn, WSGIServer):
-    """One daemon thread per request, so a slow scraper never blocks the next one or a stop."""
+class _BoundedServer(WSGIServer):
+    """Requests served by a fixed pool of ``WORKERS`` daemon threads; past ``MAX_PENDING`` connections waiting
+    or in service, a new connection is closed at once."""
 
-    daemon_threads = True
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._slots = threading.BoundedSemaphore(MAX_PENDING)
+        self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="sbrs-metrics-worker")
+        super().__init__(*args, **kwargs)  # binds: a failure calls server_close, which needs the pool
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            self._pool.submit(self._serve, request, client_address)
+        except RuntimeError:  # the pool is shut down: the server is stopping
+            self._slots.release()
+            self.shutdown_request(request)
+
+    def _serve(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        return  # no traceback on stderr (it belongs to ``sbrs run``'s reports); the connection is closed
+
+    def server_close(self) -> None:
+        super().server_close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 class _QuietHandler(WSGIRequestHandler):
-    """No access log on stderr (stderr belongs to ``sbrs run``'s reports)."""
+    """No access log on stderr (stderr belongs to ``sbrs run``'s reports); an idle connection times out."""
+
+    timeout = CONNECTION_TIMEOUT_S
 
     def log_message(self, format: str, *args: Any) -> None:
         return
@@ -103,7 +143,7 @@ def start_metrics_server(registry: CollectorRegistry, port: int, address: str = 
     port, host = check_endpoint(port, address, allow_remote)
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
-        server_class = type("MetricsHTTPServer", (_ThreadingServer,), {"address_family": family})
+        server_class = type("MetricsHTTPServer", (_BoundedServer,), {"address_family": family})
         httpd = make_server(host, port, make_wsgi_app(registry), server_class, handler_class=_QuietHandler)
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:

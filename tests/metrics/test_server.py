@@ -182,3 +182,40 @@ def test_busy_port_from_the_command_line_fails_before_running(observer: MetricsO
 def test_default_port_matches_the_scrape_config() -> None:
     text = (Path(__file__).resolve().parents[2] / "monitoring" / "prometheus.yml").read_text()
     assert f"127.0.0.1:{DEFAULT_PORT}" in text
+
+
+def test_idle_connections_hold_no_thread_each(observer: MetricsObserver) -> None:
+    """Issue 14, row 4: 300 idle connections held 300 threads. Now a fixed pool serves, the rest wait or are
+    closed, and a scrape still gets through."""
+    import threading
+    import time
+
+    from sbrs.metrics import server as metrics_server_module
+
+    server = start(observer.registry, 0)
+    idle: list[socket.socket] = []
+    try:
+        before = threading.active_count()
+        for _ in range(300):
+            try:
+                idle.append(socket.create_connection(("127.0.0.1", server.port), timeout=5))
+            except OSError:
+                break
+        time.sleep(0.3)
+        assert threading.active_count() - before <= metrics_server_module.WORKERS
+        for connection in idle:
+            connection.close()
+        idle.clear()
+        deadline = time.monotonic() + metrics_server_module.CONNECTION_TIMEOUT_S + 5
+        while True:  # the workers free up once the idle sockets are closed (or time out)
+            try:
+                status, body = http_get(server.url)
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        assert status == 200 and "sbrs_" in body
+    finally:
+        for connection in idle:
+            connection.close()
+        server.stop()
