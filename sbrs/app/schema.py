@@ -83,10 +83,22 @@ class ScenarioFileRef(Strict):
     file: Annotated[StrictStr, Field(min_length=1)]
 
 
+MAX_INPUT_ELEMENTS = 1 << 26
+"""Elements of one input frame at most (a 4K RGB frame has 25 M): checked before anything is allocated."""
+
+
 class InputSpecEntry(Strict):
     name: Annotated[StrictStr, Field(min_length=1)] = "input"
     shape: Annotated[list[Annotated[StrictInt, Field(gt=0)]], Field(min_length=1, max_length=8)]
     dtype: Literal[DTYPES] = "float32"  # type: ignore[valid-type]
+
+    @field_validator("shape")
+    @classmethod
+    def _not_too_large(cls, shape: list[int]) -> list[int]:
+        elements = math.prod(shape)
+        if elements > MAX_INPUT_ELEMENTS:
+            raise ValueError(f"{elements} elements per frame; sbrs accepts at most {MAX_INPUT_ELEMENTS}")
+        return shape
 
 
 class RuntimeEntry(Strict):

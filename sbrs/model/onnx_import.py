@@ -39,9 +39,13 @@ def load_onnx(path: str | Path) -> onnx.ModelProto:
     if not path.is_file():
         raise InputError("no such ONNX file", file=str(path))
     try:
-        return onnx.load(str(path))
+        model = onnx.load(str(path))
     except Exception as exc:  # protobuf raises several unrelated types on garbage
         raise InputError(f"not a readable ONNX model ({type(exc).__name__}: {exc})", file=str(path)) from None
+    if not model.graph.node:  # protobuf parses an empty (or all-unknown) file as an empty model
+        what = "an empty file" if path.stat().st_size == 0 else "a model without a graph"
+        raise InputError(f"not an ONNX model: {what} (export the model again)", file=str(path))
+    return model
 
 
 def import_onnx(path: str | Path, *, name: str | None = None,

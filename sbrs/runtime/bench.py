@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -100,8 +101,11 @@ def _child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
     """Run ``rss_child(mode, argument)`` in a fresh interpreter and return its JSON answer."""
     code = "import json, sys; from sbrs.runtime.bench import rss_child; print(json.dumps(rss_child(sys.argv[1], " \
            "json.loads(sys.argv[2]))))"
+    # ``python -c`` puts its working directory first on sys.path: run it where this very sbrs package lives, so a
+    # folder named ``sbrs`` in the user's working directory is never imported instead (paths are absolute).
+    package_home = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", code, mode, json.dumps(argument)], capture_output=True, text=True,
-                          check=False)
+                          check=False, cwd=package_home)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise SbrsRuntimeError(f"bench: the {mode} memory probe failed: {last}")
@@ -155,8 +159,9 @@ def measure_memory(app_path: str, *, granularity: str | None) -> dict[str, Any]:
     config = load_app_config(app_path)
     providers = resolve_providers(tuple(config.runtime.providers), where=config.path)
     idle = _child("idle", {})
-    sbrs = _child("sbrs", {"app": app_path, "granularity": granularity})
-    ort = _child("ort", {"models": [s.model_path for s in config.scenarios], "providers": list(providers),
+    sbrs = _child("sbrs", {"app": str(Path(app_path).resolve()), "granularity": granularity})
+    ort = _child("ort", {"models": [str(Path(s.model_path).resolve()) for s in config.scenarios],
+                         "providers": list(providers),
                          "threads": config.runtime.threads or _cpu_count(), "shape": list(config.input.shape),
                          "dtype": config.input.dtype})
     rss, ort_rss = sbrs["rss"] - idle["rss"], ort["rss"] - idle["rss"]

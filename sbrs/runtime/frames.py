@@ -8,7 +8,11 @@
 - A folder of images (``.png``, ``.jpg``, ``.jpeg``, ``.bmp``): each resized (bilinear) to the input's height
   and width, as RGB (3 channels) or grayscale (1), laid out NCHW or NHWC as the input shape says; float inputs
   get values in [0, 1] normalised with the ImageNet mean and standard deviation (3 channels) or plain [0, 1]
-  (1 channel). Needs Pillow (``pip install "sbrs[images]"``); without it, a one-line ``InputError``.
+  (1 channel). Needs Pillow (``pip install "sbrs[images]"``); without it, a one-line ``InputError``. Every
+  image is checked (header, at most ``MAX_IMAGE_PIXELS`` pixels, integrity) before the first frame runs.
+
+Non-finite values (NaN, infinity) in a ``.npy`` frame are refused with a one-line ``InputError`` naming the
+file: they would only come back as non-finite outputs.
 
 A folder is read once, in order; ``--frames`` can stop earlier.
 """
@@ -26,6 +30,7 @@ from sbrs.errors import InputError
 IMAGE_SUFFIXES: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".bmp")
 IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
 IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
+MAX_IMAGE_PIXELS = 50_000_000  # an input image is decoded whole before it is resized: bound what that costs
 
 
 def open_frames(source: str | None, spec: InputSpec, seed: int = 0) -> Iterator[np.ndarray]:
@@ -49,11 +54,12 @@ def synthetic_frames(spec: InputSpec, seed: int) -> Iterator[np.ndarray]:
     """Endless seeded random frames of ``spec``."""
     rng = np.random.default_rng(seed)
     dtype = np.dtype(spec.dtype)
+    draw = np.float64 if dtype == np.float64 else np.float32  # no float64 intermediate for a float32 frame
     while True:
         if np.issubdtype(dtype, np.floating):
-            yield rng.standard_normal(spec.shape).astype(dtype)
+            yield rng.standard_normal(spec.shape, dtype=draw).astype(dtype, copy=False)
         else:
-            yield rng.integers(0, 256, size=spec.shape).astype(dtype)
+            yield rng.integers(0, 256, size=spec.shape, dtype=np.int16).astype(dtype)
 
 
 def npy_frames(files: list[Path], spec: InputSpec) -> Iterator[np.ndarray]:
@@ -62,7 +68,7 @@ def npy_frames(files: list[Path], spec: InputSpec) -> Iterator[np.ndarray]:
     for path in files:
         try:
             header = np.load(path, mmap_mode="r", allow_pickle=False)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, EOFError) as exc:  # EOFError: an empty file
             raise InputError(f"{path}: not a readable .npy array ({' '.join(str(exc).split())})",
                              field="--input") from None
         if tuple(header.shape) not in (tuple(spec.shape), tuple(spec.shape[1:])) or (
@@ -78,7 +84,14 @@ def npy_frames(files: list[Path], spec: InputSpec) -> Iterator[np.ndarray]:
 
 def _load_npy(files: list[Path], spec: InputSpec) -> Iterator[np.ndarray]:
     for path in files:
-        yield np.ascontiguousarray(np.load(path, allow_pickle=False).reshape(spec.shape).astype(spec.dtype))
+        try:
+            frame = np.ascontiguousarray(np.load(path, allow_pickle=False).reshape(spec.shape).astype(spec.dtype))
+        except (OSError, ValueError, EOFError) as exc:  # changed or truncated since it was checked
+            raise InputError(f"{path}: not a readable .npy array ({' '.join(str(exc).split())})",
+                             field="--input") from None
+        if frame.dtype.kind == "f" and not np.isfinite(frame).all():
+            raise InputError(f"{path}: the frame holds NaN or infinite values", field="--input")
+        yield frame
 
 
 def image_layout(spec: InputSpec) -> tuple[str, int, int, int]:
@@ -101,6 +114,16 @@ def image_frames(files: list[Path], spec: InputSpec) -> Iterator[np.ndarray]:
                          "installed", field="--input") from None
     layout, channels, height, width = image_layout(spec)
     dtype = np.dtype(spec.dtype)
+    for path in files:  # every file is checked (header, size, integrity) before the first frame
+        try:
+            with Image.open(path) as image:
+                if image.width * image.height > MAX_IMAGE_PIXELS:
+                    raise InputError(f"{path}: {image.width}x{image.height} pixels, more than an input image may "
+                                     f"have ({MAX_IMAGE_PIXELS})", field="--input")
+                image.verify()
+        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+            raise InputError(f"{path}: not a readable image ({' '.join(str(exc).split())})",
+                             field="--input") from None
 
     def frames() -> Iterator[np.ndarray]:
         for path in files:
@@ -109,8 +132,9 @@ def image_frames(files: list[Path], spec: InputSpec) -> Iterator[np.ndarray]:
                     pixels = image.convert("RGB" if channels == 3 else "L").resize((width, height),
                                                                                     Image.Resampling.BILINEAR)
                     array = np.asarray(pixels, dtype=np.float32).reshape(height, width, channels)
-            except OSError as exc:
-                raise InputError(f"{path}: not a readable image ({exc})", field="--input") from None
+            except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+                raise InputError(f"{path}: not a readable image ({' '.join(str(exc).split())})",
+                                 field="--input") from None
             if np.issubdtype(dtype, np.floating):
                 array = array / 255.0
                 if channels == 3:

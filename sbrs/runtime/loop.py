@@ -68,13 +68,21 @@ class FrameRecord:
 
 
 def summarize_output(value: np.ndarray) -> dict[str, Any]:
-    """Top-5 (index, value) pairs of a ``[1, C]`` output, else its mean, min and max; with the shape."""
+    """Top-5 (index, value) pairs of a ``[1, C]`` output, else its mean, min and max; with the shape. JSON has
+    no NaN or infinity: an output holding them is summarised by ``nonfinite`` (their count) and ``null``s."""
     summary: dict[str, Any] = {"shape": list(value.shape)}
-    if value.ndim == 2 and value.shape[0] == 1 and np.issubdtype(value.dtype, np.number):
+    if value.size and not np.issubdtype(value.dtype, np.number):
+        return summary
+    if np.issubdtype(value.dtype, np.floating):
+        nonfinite = int(value.size - np.count_nonzero(np.isfinite(value)))
+        if nonfinite:
+            summary.update(nonfinite=nonfinite, mean=None, min=None, max=None)
+            return summary
+    if value.ndim == 2 and value.shape[0] == 1:
         row = value[0]
         best = np.argsort(-row, kind="stable")[:TOP_K]
         summary["top5"] = [[int(i), float(row[i])] for i in best]
-    elif value.size and np.issubdtype(value.dtype, np.number):
+    elif value.size:
         summary.update(mean=float(value.mean()), min=float(value.min()), max=float(value.max()))
     return summary
 
@@ -212,7 +220,7 @@ def json_lines_writer(stream: IO[str]) -> Callable[[FrameRecord], None]:
     """An ``on_frame`` callback writing one JSON line per frame to ``stream`` (flushed per line)."""
 
     def write(record: FrameRecord) -> None:
-        stream.write(json.dumps(record.to_dict()) + "\n")
+        stream.write(json.dumps(record.to_dict(), allow_nan=False) + "\n")
         stream.flush()
 
     return write
