@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -159,6 +160,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         if metrics_server is not None:
             metrics_server.stop()
+        # The run is over and reported; the process is only exiting now. A repeated Ctrl-C or SIGTERM (an
+        # impatient supervisor) must not turn a clean stop into a death by signal.
+        import signal
+
+        from sbrs.runtime.loop import STOP_SIGNALS
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, signal.SIG_IGN)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -75,13 +75,56 @@ def _scalar(node: yaml.ScalarNode) -> Any:
         else node.value
 
 
+MAX_YAML_BYTES = 1 << 20
+"""An app or scenario file is a few kB; a larger file is refused before it is parsed."""
+MAX_YAML_DEPTH = 64
+MAX_YAML_NODES = 100_000
+"""Nodes of the document once every alias is expanded: an alias "bomb" of a few lines names billions."""
+
+
+def _check_size(root: yaml.Node, file: str) -> None:
+    """Refuse a document deeper than ``MAX_YAML_DEPTH`` or larger than ``MAX_YAML_NODES`` with its aliases
+    expanded, counting each shared (aliased) node once: linear in the file, whatever the aliases expand to."""
+    expanded: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if key in expanded:
+            continue
+        children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else (
+            list(node.value) if isinstance(node, yaml.SequenceNode) else [])
+        if not children_done:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in expanded)
+            if len(stack) > MAX_YAML_NODES:
+                raise InputError(f"YAML document too large (more than {MAX_YAML_NODES} nodes)", file=file)
+            continue
+        expanded[key] = 1 + sum(expanded[id(child)] for child in children)
+        depth[key] = 1 + max((depth[id(child)] for child in children), default=0)
+        if expanded[key] > MAX_YAML_NODES:
+            raise InputError(f"YAML document too large: more than {MAX_YAML_NODES} nodes with its aliases expanded",
+                             file=file, line=node.start_mark.line + 1)
+        if depth[key] > MAX_YAML_DEPTH:
+            raise InputError(f"YAML nested more than {MAX_YAML_DEPTH} levels deep", file=file,
+                             line=node.start_mark.line + 1)
+
+
 def load_yaml(path: str | Path) -> LocatedYaml:
-    """Parse one YAML file; a missing file or a syntax error is an ``InputError`` naming the file and line."""
+    """Parse one YAML file; a missing file or a syntax error is an ``InputError`` naming the file and line.
+
+    Bounded: at most ``MAX_YAML_BYTES`` of text, ``MAX_YAML_DEPTH`` levels and ``MAX_YAML_NODES`` nodes with
+    aliases expanded, each checked before the document is converted.
+    """
     path = Path(path)
     file = str(path)
     if not path.is_file():
         raise InputError("no such file", file=file)
     try:
+        if path.stat().st_size > MAX_YAML_BYTES:
+            raise InputError(f"file too large for an app or scenario file (more than {MAX_YAML_BYTES} bytes)",
+                             file=file)
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read: {exc}", file=file) from None
@@ -92,8 +135,11 @@ def load_yaml(path: str | Path) -> LocatedYaml:
         problem = getattr(exc, "problem", None) or str(exc)
         raise InputError(f"invalid YAML: {problem}", file=file,
                          line=mark.line + 1 if mark else None) from None
+    except RecursionError:
+        raise InputError(f"YAML nested more than {MAX_YAML_DEPTH} levels deep", file=file) from None
     if root is None:
         raise InputError("empty YAML document", file=file)
+    _check_size(root, file)
     lines: dict[Path_, int] = {}
     try:
         data = _convert(root, (), lines, file)

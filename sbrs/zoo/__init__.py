@@ -269,7 +269,8 @@ def export(name: str, path: str | os.PathLike[str], **options: Any) -> Path:
     """Build ``name`` and write it to ``path`` (atomically); returns the path."""
     target = Path(path)
     if not target.parent.is_dir():
-        raise InputError(f"directory {str(target.parent)!r} does not exist", field="output")
+        problem = "is not a directory" if target.parent.exists() else "does not exist"
+        raise InputError(f"{str(target.parent)!r} {problem}", field="output")
     write_atomic(target, build(name, **options).SerializeToString())
     return target
 
