@@ -70,6 +70,8 @@ if TYPE_CHECKING:
 Frame = np.ndarray | Mapping[str, np.ndarray]
 TRANSITION_ARENAS: tuple[str, ...] = ("shared", "shadow")
 TRANSITION_SCHEDULES: tuple[str, ...] = ("priority", "threads")
+#: Frames whose bookkeeping may wait while switch requests keep coming (``Runtime._settle``).
+MAX_UNSETTLED = 8
 #: The order ``Runtime.process`` yields results in: as their outputs exist, or as the frames came.
 RESULT_ORDERS: tuple[str, ...] = ("completion", "stream")
 
@@ -425,8 +427,8 @@ class Runtime:
         if self._closed:
             raise SbrsRuntimeError("the runtime is closed")
         node = self.node
-        if node.pending is None:  # else the switch goes first: the previous frame's bookkeeping waits a frame
-            self._settle()
+        if node.pending is None or len(self._unsettled) >= MAX_UNSETTLED:
+            self._settle()  # else the switch goes first; the bookkeeping waits (bounded, requests may never stop)
         previous = node.scenario
         request = node.take()
         scenario = node.scenario
@@ -459,8 +461,8 @@ class Runtime:
     def _settle(self) -> None:
         """The bookkeeping of frames whose results went out (observers' ``frame_done``, the control node's end
         of a switch), done after the caller has them so that Δ does not include it. The caller holds the lock;
-        every entry point settles before running a frame (unless a switch request is pending: then after that
-        frame), ``infer`` before it returns and ``process`` when it ends."""
+        every entry point settles before running a frame (unless a switch request is pending and fewer than
+        ``MAX_UNSETTLED`` frames wait: then later), ``infer`` before it returns and ``process`` when it ends."""
         if not self._unsettled:
             return
         node = self.node
