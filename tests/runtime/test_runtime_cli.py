@@ -120,3 +120,12 @@ def test_run_order_option_is_validated(capsys: pytest.CaptureFixture[str]) -> No
     assert exit_info.value.code == 2
     assert main(["run", TINY, "--frames", "3", "--order", "stream", "--no-socket"]) == 0
     assert [json.loads(line)["frame"] for line in capsys.readouterr().out.splitlines()] == [0, 1, 2]
+
+
+def test_run_prints_the_tcp_address_it_listens_on(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Issue 14, row 10: ``sbrs run`` never said where it listened on TCP."""
+    assert main(["run", TINY, "--frames", "2", "--socket", str(tmp_path / "s.sock"), "--listen", "127.0.0.1:0"]) == 0
+    err = capsys.readouterr().err
+    assert "control protocol on tcp 127.0.0.1:" in err
+    port = int(err.split("control protocol on tcp 127.0.0.1:")[1].split()[0])
+    assert 0 < port < 65536

@@ -296,3 +296,14 @@ def test_idle_connections_are_closed_and_never_lock_out_status(controller: FakeC
         finally:
             for connection in stalled:
                 connection.close()
+
+
+def test_a_huge_integer_is_answered_and_pipelined_requests_survive(controller: FakeController,
+                                                                    sock_dir: Path) -> None:
+    """Issue 14, row 2: an integer of more than 4300 digits dropped the connection without a reply, with every
+    request pipelined after it."""
+    with Server(controller, sock_dir / "s.sock") as server, Connection(server.socket_path, TIMEOUT) as connection:
+        connection.send_raw(b'{"op": "status", "id": ' + b"9" * 5000 + b"}\n" + b'{"op": "status", "id": 2}\n')
+        first, second = connection.read_reply(), connection.read_reply()
+        assert first["code"] == "bad_json" and "digits" in first["error"]
+        assert second["ok"] and second["id"] == 2
