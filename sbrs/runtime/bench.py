@@ -6,14 +6,12 @@ providers, same global thread pool, ``session.run`` with a feed dict, as a plain
 alternate blocks of ``frames`` frames, ``repeats`` times; each side's fps is the median over its blocks and
 ``ratio`` = sbrs fps / ORT fps.
 
-Process memory (DESIGN.md, "Process memory"): three fresh interpreters, started in this run one after
-another: one with onnxruntime imported and nothing loaded (idle), one with the app loaded in sbrs, one with
-every scenario's ONNX file loaded as its own ORT session; the loaded ones warm every scenario up before
-their resident set size (VmRSS) is read. ``rss_bytes`` and ``ort_rss_bytes`` are those minus the idle RSS.
-The sbrs child drops the app's Python models (and their weight arrays) once the runtime is built and hands
-freed memory back to the system (``release_free_memory``), as ``sbrs run`` does; the ORT child gets the same
-call after loading. The import of sbrs itself (pydantic, onnx, ...) is part of what sbrs costs; the peak
-during loading is reported too (``peak_rss_bytes``): loading parses every scenario's weights into Python.
+Process memory (``measure_memory``): four fresh interpreters, started in this run one after another: a bare
+one with only numpy and onnxruntime imported (the baseline), the app loaded in sbrs, every scenario's ONNX
+file as its own plain ORT session, and the largest scenario alone in plain ORT; the loaded ones warm every
+scenario up before their resident set size is read, and all hand freed memory back to the system
+(``malloc_trim``), as ``sbrs run`` does. Figures are RSS above the baseline, steady and peak (``VmHWM``:
+loading and switching). The import of sbrs itself (pydantic, onnx, ...) is part of what sbrs costs.
 """
 
 from __future__ import annotations
@@ -96,78 +94,116 @@ def measure_throughput(app_path: str, *, frames: int, repeats: int, granularity:
 
 # -- process memory, each figure in its own fresh interpreter ---------------------------------------------
 
+#: The plain ONNX Runtime side of the memory probes, and the bare baseline: a script that imports only json,
+#: numpy and onnxruntime (never sbrs), loads the given models as sessions on the global thread pool (the
+#: setting sbrs uses too), warms each up, hands freed memory back (as sbrs does) and prints its RSS and peak.
+_ORT_PROBE = """
+import ctypes, ctypes.util, json, sys
+import numpy as np
+import onnxruntime as ort
+args = json.loads(sys.argv[1])
+sessions = []
+if args["models"]:
+    ort.set_global_thread_pool_sizes(args["threads"], 1)
+    options = ort.SessionOptions()
+    options.use_per_session_threads = False
+    options.log_severity_level = 3
+    sessions = [ort.InferenceSession(path, options, providers=args["providers"]) for path in args["models"]]
+    frame = np.zeros(args["shape"], args["dtype"])
+    for session in sessions:
+        for _ in range(args["warmup"]):
+            session.run(None, {session.get_inputs()[0].name: frame})
+library = ctypes.util.find_library("c")
+if library and sys.platform.startswith("linux"):
+    ctypes.CDLL(library).malloc_trim(0)
+status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+print(json.dumps({"rss": int(status["VmRSS"].split()[0]) * 1024, "peak": int(status["VmHWM"].split()[0]) * 1024}))
+"""
 
-def _child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
-    """Run ``rss_child(mode, argument)`` in a fresh interpreter and return its JSON answer."""
-    code = "import json, sys; from sbrs.runtime.bench import rss_child; print(json.dumps(rss_child(sys.argv[1], " \
-           "json.loads(sys.argv[2]))))"
+
+def _run_probe(label: str, command: list[str]) -> dict[str, int]:
+    """Run one probe interpreter and return its JSON answer (its last line)."""
     # ``python -c`` puts its working directory first on sys.path: run it where this very sbrs package lives, so a
     # folder named ``sbrs`` in the user's working directory is never imported instead (paths are absolute).
     package_home = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-c", code, mode, json.dumps(argument)], capture_output=True, text=True,
-                          check=False, cwd=package_home)
+    done = subprocess.run([sys.executable, *command], capture_output=True, text=True, check=False, cwd=package_home)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise SbrsRuntimeError(f"bench: the {mode} memory probe failed: {last}")
+        raise SbrsRuntimeError(f"bench: the {label} memory probe failed: {last}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def rss_child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
-    """In a fresh interpreter: load nothing (``idle``), the app in sbrs (``sbrs``) or as ORT sessions (``ort``)."""
-    import onnxruntime as ort
+def _child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
+    """``rss_child(mode, argument)`` in a fresh interpreter (``sbrs``), or the ORT probe (``ort``, ``idle``)."""
+    if mode == "sbrs":
+        code = ("import json, sys; from sbrs.runtime.bench import rss_child; "
+                "print(json.dumps(rss_child(sys.argv[1], json.loads(sys.argv[2]))))")
+        return _run_probe(mode, ["-c", code, mode, json.dumps(argument)])
+    if mode == "idle":
+        argument = {"models": []}
+    elif mode != "ort":
+        raise ValueError(f"unknown memory probe {mode!r}")
+    return _run_probe(mode, ["-c", _ORT_PROBE, json.dumps({"warmup": WARMUP_FRAMES, **argument})])
 
+
+def rss_child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
+    """In a fresh interpreter: the app in sbrs, every scenario run after loading, as ``sbrs run`` does."""
+    if mode != "sbrs":
+        raise ValueError(f"unknown memory probe {mode!r}")
+    from sbrs.app import load_app
     from sbrs.runtime.device import release_free_memory
 
-    if mode == "sbrs":
-        from sbrs.app import load_app
-
-        app = load_app(argument["app"])
-        runtime = app.runtime(granularity=argument["granularity"])
-        shape, dtype = app.config.input.shape, app.config.input.dtype
-        del app
-        gc.collect()
-        release_free_memory()
-        frame = np.zeros(shape, dtype)
-        for scenario in runtime.scenarios:
-            runtime.switch(scenario)
-            for _ in range(WARMUP_FRAMES):
-                runtime.infer(frame)
-    elif mode == "ort":
-        ort.set_global_thread_pool_sizes(int(argument["threads"]), 1)
-        options = ort.SessionOptions()
-        options.use_per_session_threads = False
-        options.log_severity_level = 3
-        sessions = [ort.InferenceSession(path, options, providers=argument["providers"])
-                    for path in argument["models"]]
-        release_free_memory()
-        frame = np.zeros(argument["shape"], argument["dtype"])
-        for session in sessions:
-            for _ in range(WARMUP_FRAMES):
-                session.run(None, {session.get_inputs()[0].name: frame})
-    elif mode != "idle":
-        raise ValueError(f"unknown memory probe {mode!r}")
+    app = load_app(argument["app"])
+    runtime = app.runtime(granularity=argument["granularity"])
+    shape, dtype = app.config.input.shape, app.config.input.dtype
+    del app
+    gc.collect()
+    release_free_memory()
+    frame = np.zeros(shape, dtype)
+    for scenario in runtime.scenarios:
+        runtime.switch(scenario)
+        for _ in range(WARMUP_FRAMES):
+            runtime.infer(frame)
     gc.collect()
     rss, peak = resident_bytes()
     return {"rss": rss, "peak": peak}
 
 
 def measure_memory(app_path: str, *, granularity: str | None) -> dict[str, Any]:
-    """RSS of sbrs vs separate ORT sessions, each in a fresh interpreter, minus an idle one (module docstring)."""
+    """Process memory of sbrs and of the two plain ONNX Runtime alternatives, each in a fresh interpreter.
+
+    Figures are resident set sizes above a bare interpreter with only numpy and onnxruntime imported (the
+    ``baseline``; sbrs' own imports count against sbrs): ``rss`` after loading and running every scenario
+    (steady), ``peak`` the high-water mark (loading and switching). ``ort``: every scenario's ONNX file as its
+    own session, all loaded; ``ort_active``: only the largest scenario loaded (what an app that loads the
+    active scenario on each switch holds at most).
+    """
     from sbrs.app.config import load_app_config
     from sbrs.runtime.device import resolve_providers
 
     config = load_app_config(app_path)
     providers = resolve_providers(tuple(config.runtime.providers), where=config.path)
-    idle = _child("idle", {})
+    models = [str(Path(s.model_path).resolve()) for s in config.scenarios]
+    common = {"providers": list(providers), "threads": config.runtime.threads or _cpu_count(),
+              "shape": list(config.input.shape), "dtype": config.input.dtype}
+    baseline = _child("idle", {})["rss"]
     sbrs = _child("sbrs", {"app": str(Path(app_path).resolve()), "granularity": granularity})
-    ort = _child("ort", {"models": [str(Path(s.model_path).resolve()) for s in config.scenarios],
-                         "providers": list(providers),
-                         "threads": config.runtime.threads or _cpu_count(), "shape": list(config.input.shape),
-                         "dtype": config.input.dtype})
-    rss, ort_rss = sbrs["rss"] - idle["rss"], ort["rss"] - idle["rss"]
-    return {"rss_bytes": rss, "ort_rss_bytes": ort_rss, "rss_ratio": round(rss / ort_rss, 4) if ort_rss > 0 else None,
-            "idle_rss_bytes": idle["rss"], "peak_rss_bytes": sbrs["peak"] - idle["rss"],
-            "ort_peak_rss_bytes": ort["peak"] - idle["rss"]}
+    ort_all = _child("ort", {"models": models, **common})
+    ort_active = _child("ort", {"models": [max(models, key=lambda path: Path(path).stat().st_size)], **common})
+
+    def above(probe: dict[str, int], key: str) -> int:
+        return probe[key] - baseline
+
+    report: dict[str, Any] = {"baseline_rss_bytes": baseline}
+    for name, probe in (("", sbrs), ("ort_", ort_all), ("ort_active_", ort_active)):
+        report[f"{name}rss_bytes"] = above(probe, "rss")
+        report[f"{name}peak_rss_bytes"] = above(probe, "peak")
+    for name in ("ort", "ort_active"):
+        for kind in ("rss", "peak_rss"):
+            theirs = report[f"{name}_{kind}_bytes"]
+            report[f"{kind}_ratio_vs_{name}"] = round(report[f"{kind}_bytes"] / theirs, 4) if theirs > 0 else None
+    report["rss_ratio"] = report["rss_ratio_vs_ort"]
+    return report
 
 
 def _cpu_count() -> int:
@@ -197,11 +233,22 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"{name:<16} {row['units_per_frame']:>11} {row['fps']:>10.2f} {row['ort_fps']:>10.2f} "
                      f"{row['ratio']:>7.3f}")
     if "rss_bytes" in report:
-        ratio = report["rss_ratio"]
-        lines.append(f"process memory (RSS above an idle interpreter with onnxruntime): sbrs "
-                     f"{report['rss_bytes'] / 1e6:.1f} MB, separate ORT sessions "
-                     f"{report['ort_rss_bytes'] / 1e6:.1f} MB, ratio {ratio if ratio is None else f'{ratio:.3f}'}")
+        lines.append(f"process memory, measured: RSS above a bare interpreter with numpy and onnxruntime imported "
+                     f"({report['baseline_rss_bytes'] / 1e6:.1f} MB), fresh processes; steady after running every "
+                     f"scenario, peak over loading and switching")
+        lines.append(f"{'':<34} {'steady MB':>10} {'peak MB':>10} {'sbrs/it steady':>15} {'sbrs/it peak':>13}")
+        lines.append(f"{'sbrs':<34} {report['rss_bytes'] / 1e6:>10.1f} {report['peak_rss_bytes'] / 1e6:>10.1f}")
+        for name, label in (("ort", "plain ORT, every scenario loaded"), ("ort_active", "plain ORT, largest alone")):
+            steady, peak = report[f"rss_ratio_vs_{name}"], report[f"peak_rss_ratio_vs_{name}"]
+            lines.append(f"{label:<34} {report[f'{name}_rss_bytes'] / 1e6:>10.1f} "
+                         f"{report[f'{name}_peak_rss_bytes'] / 1e6:>10.1f} {_ratio(steady):>15} {_ratio(peak):>13}")
+        lines.append(f"planned (a model, not measured): arena of boundary tensors {report['arena_bytes'] / 1e6:.2f} "
+                     "MB; tensors inside execution units are ONNX Runtime's own memory, inside the RSS above")
     return "\n".join(lines)
+
+
+def _ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
 
 
 # -- switching: the response delay Δ as the caller sees it (thesis Figure 5.7, measured from outside) ------

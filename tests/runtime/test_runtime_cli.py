@@ -85,8 +85,13 @@ def test_run_stops_cleanly_on_sigterm_with_a_summary(tmp_path: Path) -> None:
 def test_bench_smoke_reports_every_key(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", TINY, "--json", "--frames", "2", "--repeats", "1"]) == 0
     report = json.loads(capsys.readouterr().out)
-    for key in ("scenarios", "rss_bytes", "ort_rss_bytes", "rss_ratio", "granularity", "arena_bytes"):
+    for key in ("scenarios", "rss_bytes", "ort_rss_bytes", "rss_ratio", "granularity", "arena_bytes",
+                "peak_rss_bytes", "ort_peak_rss_bytes", "ort_active_rss_bytes", "ort_active_peak_rss_bytes",
+                "baseline_rss_bytes", "rss_ratio_vs_ort_active", "peak_rss_ratio_vs_ort"):
         assert key in report
+    # the baseline is a bare interpreter with numpy and onnxruntime: sbrs' imports count against sbrs
+    assert report["baseline_rss_bytes"] > 0 and report["rss_bytes"] > 0
+    assert report["peak_rss_bytes"] >= report["rss_bytes"] and report["ort_peak_rss_bytes"] >= report["ort_rss_bytes"]
     assert set(report["scenarios"]) == {"full", "skip", "exit"}
     for row in report["scenarios"].values():
         assert {"fps", "ort_fps", "ratio"} <= set(row)
