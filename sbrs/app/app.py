@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from sbrs.app.config import AppConfig, ScenarioConfig, load_app_config
 from sbrs.errors import InputError
-from sbrs.model import CnnModel, import_onnx, memory_figures, params_bytes
+from sbrs.model import CnnModel, import_model, memory_figures, params_bytes
 
 if TYPE_CHECKING:
     from sbrs.runtime import Runtime
@@ -58,9 +58,9 @@ def _import_scenario(config: AppConfig, scenario: ScenarioConfig) -> CnnModel:
         raise InputError(f"{where}: the model has {len(data_inputs)} data inputs; an app has exactly one"
                          f" ({scenario.model_path})")
     model_input = data_inputs[0].name
-    try:
-        model = import_onnx(scenario.model_path, name=scenario.name,
-                            input_shapes={model_input: config.input.shape})
+    try:  # the model read above is imported in place: each file is read once, its weights held once
+        model = import_model(onnx_model, source=scenario.model_path, name=scenario.name,
+                             input_shapes={model_input: config.input.shape}, copy=False)
     except InputError as exc:
         raise InputError(f"scenario '{scenario.name}': {exc.detail}", file=exc.file, line=exc.line,
                          field=exc.field) from None

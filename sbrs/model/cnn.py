@@ -53,6 +53,46 @@ LAYER_TYPES: Mapping[str, str] = {
     "Slice": "transformation",
     "Identity": "transformation",
     "Dropout": "transformation",
+    # Beyond the thesis' Table 2.2, for the CNNs PyTorch, TensorFlow and Paddle exports carry. A reduction over
+    # axes is a pooling; element-wise maths an activation (one input) or arithmetic (several); ops that only
+    # move, select or convert data are transformations; comparisons and selections form a new type, logical.
+    "ReduceMean": "pooling",
+    "ReduceMax": "pooling",
+    "ReduceSum": "pooling",
+    "ReduceMin": "pooling",
+    "Sum": "arithmetic",
+    "Mean": "arithmetic",
+    "Max": "arithmetic",
+    "Min": "arithmetic",
+    "Pow": "arithmetic",
+    "PRelu": "activation",
+    "Elu": "activation",
+    "Selu": "activation",
+    "Celu": "activation",
+    "Erf": "activation",
+    "Gelu": "activation",
+    "Softplus": "activation",
+    "Softsign": "activation",
+    "Mish": "activation",
+    "Sqrt": "activation",
+    "Reciprocal": "activation",
+    "Neg": "activation",
+    "Abs": "activation",
+    "Exp": "activation",
+    "Log": "activation",
+    "LRN": "normalization",
+    "InstanceNormalization": "normalization",
+    "LayerNormalization": "normalization",
+    "Split": "transformation",
+    "Squeeze": "transformation",
+    "Unsqueeze": "transformation",
+    "Expand": "transformation",
+    "Gather": "transformation",
+    "DepthToSpace": "transformation",
+    "SpaceToDepth": "transformation",
+    "Cast": "transformation",
+    "Where": "logical",
+    "Equal": "logical",
 }
 
 SUPPORTED_OPS: frozenset[str] = frozenset(op for op in LAYER_TYPES if op not in (INPUT_OP, OUTPUT_OP))
@@ -248,7 +288,8 @@ def layer_work(layer: Layer) -> int:
         return out * layer.kernel[0] * layer.kernel[1]
     if layer.op in ("Gemm", "MatMul") and layer.input_shapes:
         return out * int(layer.input_shapes[0][-1])
-    if layer.op in ("GlobalAveragePool", "GlobalMaxPool") and layer.input_shapes:
+    if layer.op in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceMax", "ReduceSum", "ReduceMin") \
+            and layer.input_shapes:
         return int(np.prod(layer.input_shapes[0], dtype=np.int64))
     return out
 

@@ -17,6 +17,7 @@ import onnx
 from onnx import numpy_helper
 
 from sbrs.errors import InputError
+from sbrs.model.canonical import canonicalize, needs_canonical
 from sbrs.model.cnn import (
     INPUT_OP,
     LAYER_TYPES,
@@ -61,10 +62,12 @@ def import_model(model: onnx.ModelProto, *, source: str = "<memory>", name: str 
     ``model`` (fold constants, fix shapes) instead of working on a copy of it and its weights."""
     if copy:
         model = _copy(model)
+    _set_input_shapes(model, input_shapes or {}, source)
+    if needs_canonical(model):
+        model = canonicalize(model, source)
     _refuse_unsupported(model, source)
     _fold_constants(model)
     _check_topology(model, source)
-    _set_input_shapes(model, input_shapes or {}, source)
     inferred = _infer_shapes(model, source)
     return _build(inferred, source, name or Path(source).stem)
 
@@ -125,12 +128,19 @@ def _set_input_shapes(model: onnx.ModelProto, shapes: dict[str, Sequence[int]], 
         if value.name not in shapes:
             continue
         wanted = list(shapes[value.name])
-        dims = value.type.tensor_type.shape.dim
+        tensor_type = value.type.tensor_type
+        if not tensor_type.HasField("shape"):  # no shape at all: take the app's
+            tensor_type.shape.dim.extend(onnx.TensorShapeProto.Dimension() for _ in wanted)
+        dims = tensor_type.shape.dim
         if len(dims) != len(wanted):
             raise InputError(f"input '{value.name}' has rank {len(dims)}, the app declares shape {wanted}",
                              file=source)
-        if any(dim.HasField("dim_value") and dim.dim_value != size for dim, size in zip(dims, wanted, strict=True)):
-            raise InputError(f"input '{value.name}' has shape {_dims(value)}, the app declares {wanted}", file=source)
+        for index, (dim, size) in enumerate(zip(dims, wanted, strict=True)):
+            # named (dim_param), unnamed and -1/0 dims (as paddle2onnx writes dynamic ones) take the app's size
+            if dim.HasField("dim_value") and dim.dim_value > 0 and dim.dim_value != size:
+                raise InputError(f"input '{value.name}' dim {index} is {dim.dim_value} in the model, the app's "
+                                 f"input.shape says {size} (shape {wanted}); export the model for that shape or "
+                                 "declare its size in the app", file=source)
         for dim, size in zip(dims, wanted, strict=True):
             dim.ClearField("dim_param")
             dim.dim_value = size

@@ -78,7 +78,61 @@ OP_CASES: dict[str, tuple[list[onnx.NodeProto], list[onnx.TensorProto], list[int
                _init("ax", np.array([2, 3], np.int64)), _init("sp", np.array([2, 2], np.int64))], X),
     "Identity": ([helper.make_node("Identity", ["x"], ["y"])], [], X),
     "Dropout": ([helper.make_node("Dropout", ["x"], ["y"])], [], X),
+    # ops beyond Table 2.2 (issue 11): global/spatial pooling and SE blocks as reductions, ...
+    "ReduceMean": ([helper.make_node("ReduceMean", ["x", "ax"], ["y"], keepdims=1)],
+                   [_init("ax", np.array([2, 3], np.int64))], X),
+    "ReduceMax": ([helper.make_node("ReduceMax", ["x"], ["y"], axes=[1], keepdims=0)], [], X),
+    "ReduceSum": ([helper.make_node("ReduceSum", ["x", "ax"], ["y"], keepdims=1)],
+                  [_init("ax", np.array([-1], np.int64))], X),
+    "ReduceMin": ([helper.make_node("ReduceMin", ["x"], ["y"], axes=[2, 3], keepdims=1)], [], X),
+    "Split": ([helper.make_node("Split", ["x", "sp"], ["a", "b"], axis=1),
+               helper.make_node("Mul", ["a", "b"], ["y"])], [_init("sp", np.array([2, 2], np.int64))], X),
+    "Sum": ([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Sum", ["x", "r", "x"], ["y"])], [], X),
+    "Mean": ([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mean", ["x", "r"], ["y"])], [], X),
+    "Max": ([helper.make_node("Max", ["x", "c"], ["y"])], [_init("c", _w(1, 4, 1, 1))], X),
+    "Min": ([helper.make_node("Min", ["x", "c"], ["y"])], [_init("c", _w(1, 4, 1, 1))], X),
+    "Pow": ([helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Pow", ["a", "e"], ["y"])],
+            [_init("e", np.array(1.5, np.float32))], X),
+    "PRelu": ([helper.make_node("PRelu", ["x", "s"], ["y"])], [_init("s", _w(4, 1, 1))], X),
+    "Elu": ([helper.make_node("Elu", ["x"], ["y"], alpha=0.7)], [], X),
+    "Selu": ([helper.make_node("Selu", ["x"], ["y"])], [], X),
+    "Celu": ([helper.make_node("Celu", ["x"], ["y"], alpha=1.5)], [], X),
+    "Erf": ([helper.make_node("Erf", ["x"], ["y"])], [], X),
+    "Gelu": ([helper.make_node("Gelu", ["x"], ["y"], approximate="tanh")], [], X),
+    "Softplus": ([helper.make_node("Softplus", ["x"], ["y"])], [], X),
+    "Softsign": ([helper.make_node("Softsign", ["x"], ["y"])], [], X),
+    "Mish": ([helper.make_node("Mish", ["x"], ["y"])], [], X),
+    "Sqrt": ([helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Sqrt", ["a"], ["y"])], [], X),
+    "Reciprocal": ([helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Add", ["a", "one"], ["b"]),
+                    helper.make_node("Reciprocal", ["b"], ["y"])], [_init("one", np.array(1.0, np.float32))], X),
+    "Neg": ([helper.make_node("Neg", ["x"], ["y"])], [], X),
+    "Abs": ([helper.make_node("Abs", ["x"], ["y"])], [], X),
+    "Exp": ([helper.make_node("Exp", ["x"], ["y"])], [], X),
+    "Log": ([helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Add", ["a", "one"], ["b"]),
+             helper.make_node("Log", ["b"], ["y"])], [_init("one", np.array(1.0, np.float32))], X),
+    "LRN": ([helper.make_node("LRN", ["x"], ["y"], size=3, alpha=1e-4, beta=0.75, bias=1.0)], [], X),
+    "InstanceNormalization": ([helper.make_node("InstanceNormalization", ["x", "g", "b"], ["y"])],
+                              [_init("g", _w(4)), _init("b", _w(4))], X),
+    "LayerNormalization": ([helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1)],
+                           [_init("g", _w(8)), _init("b", _w(8))], X),
+    "Squeeze": ([helper.make_node("ReduceMean", ["x"], ["m"], axes=[2, 3], keepdims=1),
+                 helper.make_node("Squeeze", ["m", "ax"], ["y"])], [_init("ax", np.array([2, 3], np.int64))], X),
+    "Unsqueeze": ([helper.make_node("Unsqueeze", ["x", "ax"], ["y"])], [_init("ax", np.array([0], np.int64))], X),
+    "Expand": ([helper.make_node("ReduceMean", ["x"], ["m"], axes=[2, 3], keepdims=1),
+                helper.make_node("Expand", ["m", "sh"], ["y"])], [_init("sh", np.array([1, 4, 8, 8], np.int64))], X),
+    "Gather": ([helper.make_node("Gather", ["x", "i"], ["y"], axis=1)], [_init("i", np.array([3, 0], np.int64))], X),
+    "DepthToSpace": ([helper.make_node("DepthToSpace", ["x"], ["y"], blocksize=2, mode="CRD")], [], X),
+    "SpaceToDepth": ([helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=2)], [], X),
+    "Cast": ([helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16),
+              helper.make_node("Cast", ["h"], ["y"], to=TensorProto.FLOAT)], [], X),
+    "Equal": ([helper.make_node("Relu", ["x"], ["r"]),
+               helper.make_node("Equal", ["r", "zero"], ["e"]),
+               helper.make_node("Where", ["e", "x", "r"], ["y"])], [_init("zero", np.array(0.0, np.float32))], X),
+    "Where": ([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Equal", ["r", "zero"], ["e"]),
+               helper.make_node("Where", ["e", "c", "x"], ["y"])],
+              [_init("zero", np.array(0.0, np.float32)), _init("c", _w(1, 4, 1, 1))], X),
 }
+OPSETS = {"Gelu": 20, "Mish": 18, "ReduceMean": 18, "Split": 18}
 
 
 def _run(model: onnx.ModelProto, x: np.ndarray) -> list[np.ndarray]:
@@ -93,7 +147,7 @@ def test_every_supported_op_has_a_case() -> None:
 @pytest.mark.parametrize("op", sorted(OP_CASES))
 def test_op_imports_and_round_trips_exactly(op: str) -> None:
     nodes, inits, shape = OP_CASES[op]
-    source = _model(nodes, inits, shape)
+    source = _model(nodes, inits, shape, opset=OPSETS.get(op, 17))
     model = import_model(source, source=f"{op}.onnx")
     inferred = onnx.shape_inference.infer_shapes(source, strict_mode=True)
     known = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]

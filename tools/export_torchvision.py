@@ -1,0 +1,65 @@
+"""Export torchvision CNNs with random weights through both of PyTorch's ONNX exporters (not run by CI).
+
+Needs torch and torchvision, which the project does not depend on: use a separate virtual environment, e.g.
+
+    python3 -m venv /tmp/torchenv && /tmp/torchenv/bin/pip install torch torchvision onnx onnxscript
+    /tmp/torchenv/bin/python tools/export_torchvision.py OUT_DIR [--models resnet18,mobilenet_v2]
+        [--resolution 224] [--exporters dynamo,legacy] [--opset 18]
+
+Writes OUT_DIR/<model>-<exporter>-<resolution>.onnx (weights inside the file) with seeded random weights
+(``weights=None``: nothing is downloaded). ``dynamo`` is ``torch.onnx.export(..., dynamo=True)``, PyTorch's
+default exporter; ``legacy`` is the TorchScript-based one (``dynamo=False``, opset 17).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+MODELS = ("resnet18", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "squeezenet1_1",
+          "shufflenet_v2_x1_0", "regnet_y_400mf", "densenet121", "googlenet")
+
+
+def export(name: str, exporter: str, resolution: int, out: Path, opset: int) -> Path:
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    options = {"aux_logits": False, "init_weights": True} if name == "googlenet" else {}
+    model = getattr(torchvision.models, name)(weights=None, **options).eval()
+    example = torch.randn(1, 3, resolution, resolution)
+    path = out / f"{name}-{exporter}-{resolution}.onnx"
+    with torch.no_grad():
+        if exporter == "dynamo":
+            program = torch.onnx.export(model, (example,), dynamo=True, opset_version=opset, external_data=False)
+            program.save(str(path), external_data=False)
+        else:
+            torch.onnx.export(model, (example,), str(path), dynamo=False, opset_version=17,
+                              input_names=["input"], output_names=["logits"])
+    return path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--resolution", type=int, default=224)
+    parser.add_argument("--exporters", default="dynamo,legacy")
+    parser.add_argument("--opset", type=int, default=18, help="opset of the dynamo exporter")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for name in args.models.split(","):
+        for exporter in args.exporters.split(","):
+            try:
+                path = export(name, exporter, args.resolution, args.out, args.opset)
+                print(f"{path} {path.stat().st_size / 1e6:.1f} MB")
+            except Exception as exc:  # report and go on with the next model
+                failed += 1
+                print(f"{name} {exporter}: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
