@@ -4,7 +4,11 @@ Needs torch and torchvision, which the project does not depend on: use a separat
 
     python3 -m venv /tmp/torchenv && /tmp/torchenv/bin/pip install torch torchvision onnx onnxscript
     /tmp/torchenv/bin/python tools/export_torchvision.py OUT_DIR [--models resnet18,mobilenet_v2]
-        [--resolution 224] [--exporters dynamo,legacy] [--opset 18]
+        [--resolution 224] [--exporters dynamo,legacy] [--opset 18] [--small]
+
+The files under tests/data/torchvision were made with
+``--models mobilenet_v3_small,shufflenet_v2_x0_5 --resolution 64 --small``, and the second head on the same
+MobileNetV3 backbone with ``--models mobilenet_v3_small --resolution 64 --small --classes 5``.
 
 Writes OUT_DIR/<model>-<exporter>-<resolution>.onnx (weights inside the file) with seeded random weights
 (``weights=None``: nothing is downloaded). ``dynamo`` is ``torch.onnx.export(..., dynamo=True)``, PyTorch's
@@ -19,17 +23,27 @@ from pathlib import Path
 
 MODELS = ("resnet18", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "squeezenet1_1",
           "shufflenet_v2_x1_0", "regnet_y_400mf", "densenet121", "googlenet")
+#: The small files committed under tests/data/torchvision (CI checks them without torch).
+TEST_MODELS = ("mobilenet_v3_small", "shufflenet_v2_x0_5")
 
 
-def export(name: str, exporter: str, resolution: int, out: Path, opset: int) -> Path:
+def export(name: str, exporter: str, resolution: int, out: Path, opset: int, small: bool = False,
+           classes: int | None = None) -> Path:
     import torch
     import torchvision
 
     torch.manual_seed(0)
-    options = {"aux_logits": False, "init_weights": True} if name == "googlenet" else {}
+    options: dict[str, object] = {"aux_logits": False, "init_weights": True} if name == "googlenet" else {}
+    if small:  # the files committed for CI: a few MB in all
+        options["num_classes"] = 10
+    if classes is not None:  # another head on the same (seeded) backbone
+        options["num_classes"] = classes
+        if name.startswith("mobilenet_v3"):
+            options.update(width_mult=0.5, reduced_tail=True)
     model = getattr(torchvision.models, name)(weights=None, **options).eval()
     example = torch.randn(1, 3, resolution, resolution)
-    path = out / f"{name}-{exporter}-{resolution}.onnx"
+    head = "" if classes is None else f"-{classes}classes"
+    path = out / f"{name}{head}-{exporter}-{resolution}.onnx"
     with torch.no_grad():
         if exporter == "dynamo":
             program = torch.onnx.export(model, (example,), dynamo=True, opset_version=opset, external_data=False)
@@ -47,13 +61,16 @@ def main() -> int:
     parser.add_argument("--resolution", type=int, default=224)
     parser.add_argument("--exporters", default="dynamo,legacy")
     parser.add_argument("--opset", type=int, default=18, help="opset of the dynamo exporter")
+    parser.add_argument("--classes", type=int, default=None, help="classes of the head (default: the model's)")
+    parser.add_argument("--small", action="store_true",
+                        help="10 classes, MobileNetV3 at width 0.5 with a reduced tail (the files in tests/data)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     failed = 0
     for name in args.models.split(","):
         for exporter in args.exporters.split(","):
             try:
-                path = export(name, exporter, args.resolution, args.out, args.opset)
+                path = export(name, exporter, args.resolution, args.out, args.opset, args.small, args.classes)
                 print(f"{path} {path.stat().st_size / 1e6:.1f} MB")
             except Exception as exc:  # report and go on with the next model
                 failed += 1

@@ -60,7 +60,8 @@ def _import_scenario(config: AppConfig, scenario: ScenarioConfig) -> CnnModel:
     model_input = data_inputs[0].name
     try:  # the model read above is imported in place: each file is read once, its weights held once
         model = import_model(onnx_model, source=scenario.model_path, name=scenario.name,
-                             input_shapes={model_input: config.input.shape}, copy=False)
+                             input_shapes={model_input: config.input.shape}, copy=False,
+                             threads=config.runtime.threads)
     except InputError as exc:
         raise InputError(f"scenario '{scenario.name}': {exc.detail}", file=exc.file, line=exc.line,
                          field=exc.field) from None

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any
 
 import onnx
 
@@ -48,36 +47,30 @@ def needs_canonical(model: onnx.ModelProto) -> bool:
     return False
 
 
-def canonicalize(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
-    """``model`` in canonical form (module docstring); its input shapes must already be fixed."""
+def canonicalize(model: onnx.ModelProto, source: str, threads: int | None = None) -> onnx.ModelProto:
+    """``model`` in canonical form (module docstring); its input shapes must already be fixed. The optimizer
+    runs in a session on the process's global ONNX Runtime pool (``sbrs.ort_env``; ``threads`` sizes it if
+    this is the process's first session, as the app's ``runtime.threads`` would)."""
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
+    from sbrs.ort_env import session_options, use_global_thread_pool
+
+    use_global_thread_pool(threads)
+    options = session_options()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    options.log_severity_level = 3
-    options.intra_op_num_threads = 1
     with tempfile.TemporaryDirectory(prefix="sbrs-canonical-") as folder:
         given, folded = os.path.join(folder, "given.onnx"), os.path.join(folder, "canonical.onnx")
         onnx.save_model(model, given)
         options.optimized_model_filepath = folded
         try:
-            _optimize(ort, given, options)
+            ort.InferenceSession(given, options, providers=["CPUExecutionProvider"],
+                                 disabled_optimizers=list(DISABLED_OPTIMIZERS))
         except Exception as exc:  # ONNX Runtime's own error types
             message = " ".join(str(exc).split())[:300]
             raise InputError(f"ONNX Runtime could not load the model to fold its constants: {message}",
                              file=source) from None
-        return onnx.load(folded)
-
-
-def _optimize(ort: Any, path: str, options: Any) -> None:
-    """Create (and drop) a session on ``path`` so that ONNX Runtime writes the optimized model. Once a runtime
-    made ONNX Runtime's process-wide thread pool, a session with threads of its own is refused: use the pool."""
-    try:
-        ort.InferenceSession(path, options, providers=["CPUExecutionProvider"],
-                             disabled_optimizers=list(DISABLED_OPTIMIZERS))
-    except Exception as exc:
-        if "global thread pool" not in str(exc):
-            raise
-        options.use_per_session_threads = False
-        ort.InferenceSession(path, options, providers=["CPUExecutionProvider"],
-                             disabled_optimizers=list(DISABLED_OPTIMIZERS))
+        canonical = onnx.load(folded)
+    # Folded constants become initializers that are not graph inputs, which IR versions before 4 do not allow
+    # (ONNX shape inference then ignores them): the IR version only says how the file is laid out.
+    canonical.ir_version = max(canonical.ir_version, 4)
+    return canonical

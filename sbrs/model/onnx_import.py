@@ -57,14 +57,16 @@ def import_onnx(path: str | Path, *, name: str | None = None,
 
 
 def import_model(model: onnx.ModelProto, *, source: str = "<memory>", name: str | None = None,
-                 input_shapes: dict[str, Sequence[int]] | None = None, copy: bool = True) -> CnnModel:
+                 input_shapes: dict[str, Sequence[int]] | None = None, copy: bool = True,
+                 threads: int | None = None) -> CnnModel:
     """Import an in-memory ONNX model (``source`` names it in messages). ``copy=False`` lets the import change
-    ``model`` (fold constants, fix shapes) instead of working on a copy of it and its weights."""
+    ``model`` (fold constants, fix shapes) instead of working on a copy of it and its weights. ``threads``:
+    the app's ``runtime.threads``, for the ONNX Runtime session the canonical form may need."""
     if copy:
         model = _copy(model)
     _set_input_shapes(model, input_shapes or {}, source)
     if needs_canonical(model):
-        model = canonicalize(model, source)
+        model = canonicalize(model, source, threads)
     _refuse_unsupported(model, source)
     _fold_constants(model)
     _check_topology(model, source)

@@ -5,14 +5,7 @@ Execution providers come from app.yaml ``runtime.providers`` (``CPUExecutionProv
 does not have is an ``InputError`` naming it and the available ones. ``CPUExecutionProvider`` is always
 appended as the fallback for operators a GPU provider cannot run.
 
-Threads: every session of every runtime in the process runs on ONNX Runtime's *global* thread pool
-(``SessionOptions.use_per_session_threads = False``): many small sessions with their own spinning pools were
-80x slower (DESIGN.md). The global pool is created once per process, sized from ``runtime.threads`` (default:
-every core). ONNX Runtime cannot resize or replace it, so a later runtime in the same process that asks for a
-different size runs on the existing pool (``Runtime.thread_pool.created`` is false for it); nothing
-crashes. (A warning is given only when app.yaml sets ``runtime.threads`` explicitly.) Once the
-global pool exists, ONNX Runtime refuses sessions with per-session threads anywhere in the process: create
-other sessions with ``session_options()`` (or ``use_per_session_threads = False``).
+Threads and the shared CPU allocator: ``sbrs.ort_env`` (one global ONNX Runtime thread pool per process).
 
 Arena memory: on the CPU provider the arena is one numpy buffer, aligned to 64 bytes, and views of it are
 bound with IOBinding. For a GPU provider (CUDA, TensorRT) the arena is one device allocation
@@ -29,8 +22,6 @@ import ctypes.util
 import os
 import sys
 import tempfile
-import warnings
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,6 +30,9 @@ import onnxruntime as ort
 from onnx import helper
 
 from sbrs.errors import InputError
+from sbrs.ort_env import ThreadPool as ThreadPool  # re-exported: the runtime stage's view of the environment
+from sbrs.ort_env import session_options as session_options
+from sbrs.ort_env import use_global_thread_pool as use_global_thread_pool
 
 CPU_PROVIDER = "CPUExecutionProvider"
 GPU_PROVIDERS: tuple[str, ...] = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
@@ -62,61 +56,6 @@ def resolve_providers(requested: tuple[str, ...], *, where: str | None = None) -
 def device_of(providers: tuple[str, ...]) -> str:
     """``"cuda"`` when the first provider runs on the GPU, else ``"cpu"``: where the arena lives."""
     return "cuda" if providers[0] in GPU_PROVIDERS else "cpu"
-
-
-@dataclass(frozen=True)
-class ThreadPool:
-    """The global ONNX Runtime thread pool a runtime runs on.
-
-    ``created`` is true when this runtime created it with ``requested`` threads; false when it already existed
-    (created by an earlier runtime in this process, with a size this runtime cannot query).
-    """
-
-    requested: int
-    created: bool
-
-
-def use_global_thread_pool(threads: int | None) -> ThreadPool:
-    """Create the process's global ONNX Runtime thread pool with ``threads`` (default: every core), once.
-
-    If the pool already exists it is used as it is. When ``threads`` was set explicitly (app.yaml
-    ``runtime.threads``) a ``RuntimeWarning`` says that the existing pool's size applies. Note the process-wide
-    consequence, which is ONNX Runtime's: once the global pool exists, every session in the process must be
-    created with ``use_per_session_threads = False`` (``session_options()``), else ONNX Runtime refuses it.
-    """
-    requested = threads or os.cpu_count() or 1
-    try:
-        ort.set_global_thread_pool_sizes(requested, 1)
-    except Exception as exc:  # onnxruntime raises its own Fail type: "Global thread pools have already been created"
-        if "already" not in str(exc):
-            raise
-        if threads is not None:
-            warnings.warn(f"ONNX Runtime's global thread pool already exists in this process; this runtime runs on "
-                          f"it as it is (runtime.threads asked for {threads})", RuntimeWarning, stacklevel=3)
-        return ThreadPool(requested, created=False)
-    _share_cpu_allocator()
-    return ThreadPool(requested, created=True)
-
-
-def _share_cpu_allocator() -> None:
-    """One CPU memory arena for every session of the process, registered with the global thread pool.
-
-    By default each ONNX Runtime session keeps its own arena for the tensors inside it, sized by its own
-    peak, so a runtime of many units pays the sum of their peaks although units run one at a time. Sessions
-    created with ``session.use_env_allocators`` (``session_options()``) share this one instead. Measured on
-    the drone app (24 units): 209 → 159 MB resident, multi-cnn 273 → 229 MB; no throughput change beyond noise.
-    """
-    memory = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
-    ort.create_and_register_allocator(memory, ort.OrtArenaCfg(0, -1, -1, -1))
-
-
-def session_options() -> ort.SessionOptions:
-    """Options of every sbrs session (and of the standalone baseline in ``sbrs bench``): the global pool."""
-    options = ort.SessionOptions()
-    options.use_per_session_threads = False
-    options.add_session_config_entry("session.use_env_allocators", "1")
-    options.log_severity_level = 3
-    return options
 
 
 def create_session(model: onnx.ModelProto | str, providers: tuple[str, ...]) -> ort.InferenceSession:
