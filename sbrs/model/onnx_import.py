@@ -65,6 +65,7 @@ def import_model(model: onnx.ModelProto, *, source: str = "<memory>", name: str 
     if copy:
         model = _copy(model)
     _set_input_shapes(model, input_shapes or {}, source)
+    _refuse_unsupported(model, source, foreign_only=True)  # ONNX Runtime could not even load those to fold
     if needs_canonical(model):
         model = canonicalize(model, source, threads)
     _refuse_unsupported(model, source)
@@ -80,14 +81,19 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
-def _refuse_unsupported(model: onnx.ModelProto, source: str) -> None:
+def _refuse_unsupported(model: onnx.ModelProto, source: str, *, foreign_only: bool = False) -> None:
     for index, node in enumerate(model.graph.node):
-        supported = node.domain in _ONNX_DOMAINS and (node.op_type in SUPPORTED_OPS or node.op_type == "Constant")
+        supported = node.domain in _ONNX_DOMAINS and (foreign_only or node.op_type in SUPPORTED_OPS
+                                                      or node.op_type == "Constant")
         if not supported:
             label = node.name or f"#{index}"
             op = f"{node.domain}::{node.op_type}" if node.domain not in _ONNX_DOMAINS else node.op_type
-            raise InputError(f"node '{label}': unsupported op '{op}' (supported: {', '.join(sorted(SUPPORTED_OPS))})",
-                             file=source)
+            hint = ("an op of another domain than standard ONNX: export with standard ops only (e.g. no "
+                    "operator_export_type=ONNX_ATEN_FALLBACK, no ORT-optimized files)" if node.domain not in
+                    _ONNX_DOMAINS else "its inputs are not constant once the app's input shape is fixed, so it "
+                    "could not be folded; re-export with a newer opset or without that operation")
+            raise InputError(f"node '{label}': unsupported op '{op}' ({hint}; supported: "
+                             f"{', '.join(sorted(SUPPORTED_OPS))})", file=source)
 
 
 def _fold_constants(model: onnx.ModelProto) -> None:

@@ -237,6 +237,11 @@ def test_constant_nodes_become_parameters() -> None:
      r"bad\.onnx: node 'tiler': unsupported op 'Tile'"),
     ([helper.make_node("Relu", ["x"], ["y"], domain="com.example", name="custom")], [],
      r"node 'custom': unsupported op 'com\.example::Relu'"),
+    ([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Mystery", ["x", "s"], ["y"], domain="com.example",
+                                                                name="odd")], [],
+     r"node 'odd': unsupported op 'com\.example::Mystery' \(an op of another domain"),
+    ([helper.make_node("CumSum", ["x", "axis"], ["y"], name="cs")], [_init("axis", np.array(1, np.int64))],
+     r"node 'cs': unsupported op 'CumSum' \(its inputs are not constant"),
     ([helper.make_node("Relu", ["ghost"], ["y"], name="r")], [], r"input 'ghost' is produced by no earlier node"),
 ])
 def test_bad_models_are_refused_in_one_line(nodes: list, inits: list, message: str) -> None:
