@@ -212,7 +212,7 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
             listen: str | None = None, no_socket: bool = False, observers: Iterable[RunObserver] = ()) -> int:
     """``sbrs run``: load the app, serve the control socket, run frames (JSON lines to stdout or ``output``),
     the summary to stderr. ``observers`` (``RunObserver``) get every run event (metrics plug in here)."""
-    from sbrs.app import load_app
+    from sbrs.build.artifact import open_runtime
     from sbrs.control.controller import PolicyController
     from sbrs.errors import InputError
     from sbrs.runtime.control_node import ObservedRequestStats
@@ -223,12 +223,14 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
     if frames is not None and frames < 0:
         raise InputError(f"{frames}: expected a number >= 0", field="--frames")
     fan_out = Observers(observers)
-    app = load_app(app_path)
-    frame_source = open_frames(source, app.config.input, seed)
-    runtime = app.runtime(granularity=granularity, transition=transition, observers=fan_out)
-    config = app.config
-    memory = scenario_memory_mb(app, runtime)
-    del app  # the runtime keeps what it needs; the models' weights can go
+    # from the app's verified build (sbrs.build.artifact); the models are never parsed in this process
+    runtime, config, memory = open_runtime(app_path, granularity=granularity, transition=transition,
+                                           observers=fan_out)
+    try:
+        frame_source = open_frames(source, config.input, seed)
+    except BaseException:
+        runtime.close()
+        raise
     release_free_memory()
     controller = PolicyController(config, runtime.switch, current=runtime.scenario, switch_source=True)
     measurements = Measurements(controller, memory)
