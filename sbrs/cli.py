@@ -161,7 +161,6 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from sbrs.build.artifact import build_dir, compile_in_child, read_manifest
-    from sbrs.metrics import metrics_from_args
     from sbrs.runtime.loop import run_app
 
     folder = build_dir(args.app)
@@ -171,14 +170,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         compile_in_child(args.app)
     from sbrs.build.artifact import config_from_dict
 
-    # The metrics endpoint starts before the models load, so a busy port fails at once.
-    observer, metrics_server = metrics_from_args(args, config_from_dict(read_manifest(folder, args.app)["config"]))
+    config = config_from_dict(read_manifest(folder, args.app)["config"])
+    observers: list[Any] = []
+    metrics_server = None
+    if args.metrics_port is not None or config.metrics.port is not None:  # prometheus_client only when asked
+        from sbrs.metrics import metrics_from_args
+
+        # The metrics endpoint starts before the models load, so a busy port fails at once.
+        observer, metrics_server = metrics_from_args(args, config)
+        observers.append(observer)
     if metrics_server is not None:
         sys.stderr.write(f"sbrs run: metrics on {metrics_server.url}\n")
     try:
         return run_app(args.app, frames=args.frames, source=args.input, output=args.output, seed=args.seed,
                        granularity=args.granularity, transition=args.transition, socket_path=args.socket,
-                       listen=args.listen, no_socket=args.no_socket, observers=[observer])
+                       listen=args.listen, no_socket=args.no_socket, observers=observers)
     finally:
         if metrics_server is not None:
             metrics_server.stop()

@@ -85,8 +85,8 @@ def scenario_memory_mb(app: App, plan: UnitPlan) -> dict[str, float]:
 
 def compile_app(app: App, folder: Path | None = None) -> dict[str, Any]:
     """Write the build of ``app`` (default ``APP.build/`` beside the app file); returns its manifest."""
-    from sbrs.model import naive_buffer_bytes, params_bytes
     from sbrs.moc import derive_moc
+    from sbrs.model import naive_buffer_bytes, params_bytes
     from sbrs.runtime.executor import build_unit_plan
     from sbrs.runtime.transition import build_transition_plan, plan_shadow
     from sbrs.runtime.units import unit_model

@@ -6,14 +6,12 @@ providers, same global thread pool, ``session.run`` with a feed dict, as a plain
 alternate blocks of ``frames`` frames, ``repeats`` times; each side's fps is the median over its blocks and
 ``ratio`` = sbrs fps / ORT fps.
 
-Process memory (DESIGN.md, "Process memory"): three fresh interpreters, started in this run one after
-another: one with onnxruntime imported and nothing loaded (idle), one with the app loaded in sbrs, one with
-every scenario's ONNX file loaded as its own ORT session; the loaded ones warm every scenario up before
-their resident set size (VmRSS) is read. ``rss_bytes`` and ``ort_rss_bytes`` are those minus the idle RSS.
-The sbrs child drops the app's Python models (and their weight arrays) once the runtime is built and hands
-freed memory back to the system (``release_free_memory``), as ``sbrs run`` does; the ORT child gets the same
-call after loading. The import of sbrs itself (pydantic, onnx, ...) is part of what sbrs costs; the peak
-during loading is reported too (``peak_rss_bytes``): loading parses every scenario's weights into Python.
+Process memory: fresh interpreters started in this run one after another, each figure its resident set
+size (VmRSS; peak VmHWM, which covers loading and switching through every scenario) minus that of a *bare*
+interpreter that imported numpy and onnxruntime and not sbrs, so sbrs' own imports count against it. The sbrs
+probe runs the app's verified build (``sbrs.build``), as ``sbrs run`` does; the ORT probes load every
+scenario's ONNX file as its own session, or only the initial scenario's. Every loaded scenario runs warm-up
+frames before the figures are read.
 """
 
 from __future__ import annotations
@@ -96,11 +94,20 @@ def measure_throughput(app_path: str, *, frames: int, repeats: int, granularity:
 
 
 def _child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
-    """Run ``rss_child(mode, argument)`` in a fresh interpreter and return its JSON answer."""
-    code = "import json, sys; from sbrs.runtime.bench import rss_child; print(json.dumps(rss_child(sys.argv[1], " \
-           "json.loads(sys.argv[2]))))"
-    done = subprocess.run([sys.executable, "-c", code, mode, json.dumps(argument)], capture_output=True, text=True,
-                          check=False)
+    """Run ``rss_child(mode, argument)`` in a fresh interpreter and return its JSON answer.
+
+    The ``bare`` probe imports numpy and onnxruntime only (not sbrs): the baseline every figure is above.
+    """
+    if mode == "bare":
+        code = "import json, numpy, onnxruntime; s = dict(l.split(':', 1) for l in open('/proc/self/status') " \
+               "if ':' in l); print(json.dumps({k: int(s[f].split()[0]) * 1024 for k, f in " \
+               "(('rss', 'VmRSS'), ('peak', 'VmHWM'))}))"
+        command = [sys.executable, "-c", code]
+    else:
+        code = "import json, sys; from sbrs.runtime.bench import rss_child; print(json.dumps(rss_child(sys.argv[1], " \
+               "json.loads(sys.argv[2]))))"
+        command = [sys.executable, "-c", code, mode, json.dumps(argument)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise SbrsRuntimeError(f"bench: the {mode} memory probe failed: {last}")
@@ -108,21 +115,17 @@ def _child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
 
 
 def rss_child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
-    """In a fresh interpreter: load nothing (``idle``), the app in sbrs (``sbrs``) or as ORT sessions (``ort``)."""
+    """In a fresh interpreter: the app's build in sbrs (``sbrs``), or the given models as plain ORT sessions
+    (``ort``: every scenario, or only the active one); every loaded scenario runs warm-up frames first."""
     import onnxruntime as ort
 
-    from sbrs.runtime.device import release_free_memory
-
     if mode == "sbrs":
-        from sbrs.app import load_app
+        from sbrs.build.artifact import load_build
+        from sbrs.runtime.executor import Runtime
 
-        app = load_app(argument["app"])
-        runtime = app.runtime(granularity=argument["granularity"])
-        shape, dtype = app.config.input.shape, app.config.input.dtype
-        del app
-        gc.collect()
-        release_free_memory()
-        frame = np.zeros(shape, dtype)
+        build = load_build(argument["app"])
+        runtime = Runtime(build=build)
+        frame = np.zeros(build.config.input.shape, build.config.input.dtype)
         for scenario in runtime.scenarios:
             runtime.switch(scenario)
             for _ in range(WARMUP_FRAMES):
@@ -134,12 +137,11 @@ def rss_child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
         options.log_severity_level = 3
         sessions = [ort.InferenceSession(path, options, providers=argument["providers"])
                     for path in argument["models"]]
-        release_free_memory()
         frame = np.zeros(argument["shape"], argument["dtype"])
         for session in sessions:
             for _ in range(WARMUP_FRAMES):
                 session.run(None, {session.get_inputs()[0].name: frame})
-    elif mode != "idle":
+    else:
         raise ValueError(f"unknown memory probe {mode!r}")
     gc.collect()
     rss, peak = resident_bytes()
@@ -147,21 +149,30 @@ def rss_child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
 
 
 def measure_memory(app_path: str, *, granularity: str | None) -> dict[str, Any]:
-    """RSS of sbrs vs separate ORT sessions, each in a fresh interpreter, minus an idle one (module docstring)."""
+    """Steady and peak RSS above a bare interpreter (numpy and onnxruntime imported, not sbrs), each in a fresh
+    process: sbrs running the app's current build (made first if needed), plain ORT with all N scenario
+    sessions, and plain ORT with only the initial scenario's session. Granularity ``layer`` has no build."""
     from sbrs.app.config import load_app_config
+    from sbrs.build.artifact import build_dir, compile_in_child, verify_build
     from sbrs.runtime.device import resolve_providers
 
     config = load_app_config(app_path)
     providers = resolve_providers(tuple(config.runtime.providers), where=config.path)
-    idle = _child("idle", {})
-    sbrs = _child("sbrs", {"app": app_path, "granularity": granularity})
-    ort = _child("ort", {"models": [s.model_path for s in config.scenarios], "providers": list(providers),
-                         "threads": config.runtime.threads or _cpu_count(), "shape": list(config.input.shape),
-                         "dtype": config.input.dtype})
-    rss, ort_rss = sbrs["rss"] - idle["rss"], ort["rss"] - idle["rss"]
+    try:
+        verify_build(build_dir(app_path), app_path)
+    except InputError:
+        compile_in_child(app_path)
+    bare = _child("bare", {})
+    sbrs = _child("sbrs", {"app": app_path})
+    common = {"providers": list(providers), "threads": config.runtime.threads or _cpu_count(),
+              "shape": list(config.input.shape), "dtype": config.input.dtype}
+    ort = _child("ort", {"models": [s.model_path for s in config.scenarios], **common})
+    active = _child("ort", {"models": [config.scenario(config.initial).model_path], **common})
+    rss, ort_rss = sbrs["rss"] - bare["rss"], ort["rss"] - bare["rss"]
     return {"rss_bytes": rss, "ort_rss_bytes": ort_rss, "rss_ratio": round(rss / ort_rss, 4) if ort_rss > 0 else None,
-            "idle_rss_bytes": idle["rss"], "peak_rss_bytes": sbrs["peak"] - idle["rss"],
-            "ort_peak_rss_bytes": ort["peak"] - idle["rss"]}
+            "bare_rss_bytes": bare["rss"], "peak_rss_bytes": sbrs["peak"] - bare["rss"],
+            "ort_peak_rss_bytes": ort["peak"] - bare["rss"], "ort_active_rss_bytes": active["rss"] - bare["rss"],
+            "ort_active_peak_rss_bytes": active["peak"] - bare["rss"]}
 
 
 def _cpu_count() -> int:
@@ -192,9 +203,13 @@ def format_report(report: dict[str, Any]) -> str:
                      f"{row['ratio']:>7.3f}")
     if "rss_bytes" in report:
         ratio = report["rss_ratio"]
-        lines.append(f"process memory (RSS above an idle interpreter with onnxruntime): sbrs "
-                     f"{report['rss_bytes'] / 1e6:.1f} MB, separate ORT sessions "
-                     f"{report['ort_rss_bytes'] / 1e6:.1f} MB, ratio {ratio if ratio is None else f'{ratio:.3f}'}")
+        lines.append("process memory, MB above a bare interpreter with numpy and onnxruntime "
+                     f"({report['bare_rss_bytes'] / 1e6:.1f} MB), steady / peak:")
+        for label, steady, peak in (("sbrs (from its build)", "rss_bytes", "peak_rss_bytes"),
+                                    ("ORT, all N sessions", "ort_rss_bytes", "ort_peak_rss_bytes"),
+                                    ("ORT, active one only", "ort_active_rss_bytes", "ort_active_peak_rss_bytes")):
+            lines.append(f"  {label:<22} {report[steady] / 1e6:>7.1f} / {report[peak] / 1e6:>7.1f}")
+        lines.append(f"  steady ratio sbrs / ORT all N: {ratio if ratio is None else f'{ratio:.3f}'}")
     return "\n".join(lines)
 
 
