@@ -64,10 +64,15 @@ def externalise(model: onnx.ModelProto, weights: _WeightsFile) -> None:
 
 
 def input_files(app: App) -> list[Path]:
-    """Every file the build depends on: the app YAML, scenario files, each scenario's model file."""
+    """Every file the build depends on: the app YAML, scenario files, each scenario's ONNX file.
+
+    Models generated from the zoo or the inline layer language are not inputs: they follow from the YAML
+    and the sbrs version, both in the fingerprint, and their cached exports may come and go."""
     files = [Path(app.config.path)]
     for scenario in app.config.scenarios:
-        files += [Path(scenario.defined_in), Path(scenario.model_path)]
+        files.append(Path(scenario.defined_in))
+        if scenario.model_kind == "onnx":
+            files.append(Path(scenario.model_path))
     return list(dict.fromkeys(files))
 
 
