@@ -88,6 +88,12 @@ def _memory_table(app: Any, plans: dict[tuple[str, ...], Any]) -> str:
     return "\n".join(lines)
 
 
+def build_dir_of(app: Any) -> Path:
+    from sbrs.build.artifact import build_dir
+
+    return build_dir(app.config.path)
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     from sbrs.app import load_app
     from sbrs.plan import build_plan, default_plan_path, save_plan
@@ -116,6 +122,13 @@ def cmd_build(args: argparse.Namespace) -> int:
                       arena_bytes=figures["arena_bytes"], reuse_bytes=figures["reuse_bytes"],
                       lower_bound_bytes=figures["lower_bound_bytes"], reduction=reduction)
     save_plan(plan, plan_path)
+    from sbrs.build.compile import compile_app
+
+    manifest = compile_app(app)
+    report["build"] = {"folder": str(build_dir_of(app)), "units": len(manifest["plan"]["units"]),
+                       "weights_bytes": manifest["weights_bytes"],
+                       "figures": "params, naive, Algorithm 8, arena and lower bound are planned from the "
+                                  "models; process RSS is measured only by `sbrs bench`"}
     if args.json:
         _print_json(report)
     else:
@@ -132,6 +145,9 @@ def cmd_build(args: argparse.Namespace) -> int:
             print(f"{name:<16} {_mb(figures.params_bytes):>8} {_mb(figures.naive_bytes):>8}"
                   f" {_mb(figures.arena_bytes):>8} {_mb(figures.lower_bound_bytes):>8}")
         print(f"plan saved to {plan_path}")
+        print(f"build written to {report['build']['folder']}: {report['build']['units']} unit files, "
+              f"{report['build']['weights_bytes'] / 1e6:.1f} MB of weights stored once "
+              f"(figures above are planned from the models; `sbrs bench` measures process memory)")
         if reduction is not None:
             from sbrs.runtime.parts_build import format_reduction
 
@@ -145,18 +161,31 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from sbrs.app import load_app_config
-    from sbrs.metrics import metrics_from_args
+    from sbrs.build.artifact import build_dir, compile_in_child, read_manifest
     from sbrs.runtime.loop import run_app
 
-    # The metrics endpoint starts before the models load, so a busy port fails at once.
-    observer, metrics_server = metrics_from_args(args, load_app_config(args.app))
+    folder = build_dir(args.app)
+    if args.rebuild or not (folder / "manifest.json").exists():
+        sys.stderr.write(f"sbrs run: {'rebuilding' if args.rebuild else 'no build of the app yet; building'} "
+                         f"{folder}\n")
+        compile_in_child(args.app)
+    from sbrs.build.artifact import config_from_dict
+
+    config = config_from_dict(read_manifest(folder, args.app)["config"])
+    observers: list[Any] = []
+    metrics_server = None
+    if args.metrics_port is not None or config.metrics.port is not None:  # prometheus_client only when asked
+        from sbrs.metrics import metrics_from_args
+
+        # The metrics endpoint starts before the models load, so a busy port fails at once.
+        observer, metrics_server = metrics_from_args(args, config)
+        observers.append(observer)
     if metrics_server is not None:
         sys.stderr.write(f"sbrs run: metrics on {metrics_server.url}\n")
     try:
         return run_app(args.app, frames=args.frames, source=args.input, output=args.output, seed=args.seed,
                        granularity=args.granularity, transition=args.transition, socket_path=args.socket,
-                       listen=args.listen, no_socket=args.no_socket, order=args.order, observers=[observer])
+                       listen=args.listen, no_socket=args.no_socket, order=args.order, observers=observers)
     finally:
         if metrics_server is not None:
             metrics_server.stop()
@@ -276,6 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a folder of .npy frames or of images (default: seeded random frames)")
     run.add_argument("--output", default=None, metavar="FILE", help="write the JSON lines here (default: stdout)")
     run.add_argument("--seed", type=int, default=0, help="seed of the random frames")
+    run.add_argument("--rebuild", action="store_true",
+                     help="compile the app again first (default: run its current build, made on first run)")
     run.add_argument("--granularity", choices=("auto", "layer"), default=None,
                      help="override runtime.granularity of the app")
     run.add_argument("--transition", choices=("sbrs-tp", "naive"), default=None,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from sbrs.app.config import AppConfig, ScenarioConfig, load_app_config
 from sbrs.errors import InputError
-from sbrs.model import CnnModel, import_model, memory_figures, params_bytes
+from sbrs.model import CnnModel, memory_figures, params_bytes
 
 if TYPE_CHECKING:
     from sbrs.runtime import Runtime
@@ -48,7 +48,7 @@ class App:
 
 
 def _import_scenario(config: AppConfig, scenario: ScenarioConfig) -> CnnModel:
-    from sbrs.model.onnx_import import load_onnx
+    from sbrs.model.onnx_import import import_model, load_onnx
 
     onnx_model = load_onnx(scenario.model_path)
     initializers = {init.name for init in onnx_model.graph.initializer}

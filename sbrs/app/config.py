@@ -12,14 +12,16 @@ import ipaddress
 import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ValidationError
-
-from sbrs.app.schema import AppEntry, MetricsEntry, PolicyEntry, Requirements, ScenarioEntry, ScenarioFileRef
 from sbrs.app.yaml_lines import LocatedYaml, Path_, format_path, load_yaml, parse_path
 from sbrs.cache import cached_file, content_key
 from sbrs.errors import InputError
+
+if TYPE_CHECKING:  # pydantic is needed to validate a file, not to run a compiled build (sbrs.build.artifact)
+    from pydantic import BaseModel
+
+    from sbrs.app.schema import AppEntry, MetricsEntry, PolicyEntry, Requirements, ScenarioEntry
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,8 @@ class AppConfig:
 
 def _model_class(annotation: Any) -> type[BaseModel] | None:
     """The pydantic model inside an annotation such as ``Optional[list[Model]]``, if any."""
+    from pydantic import BaseModel
+
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     for argument in typing.get_args(annotation):
@@ -191,6 +195,8 @@ def _data_path(data: Any, loc: tuple[Any, ...]) -> Path_:
 
 
 def _validate(model: type[BaseModel], data: Any, doc: LocatedYaml, base: Path_ = ()) -> Any:
+    from pydantic import ValidationError
+
     """Validate ``data`` against ``model``; the first error becomes a one-line ``InputError``."""
     try:
         return model.model_validate(data)
@@ -268,6 +274,8 @@ def _resolve_scenario(entry: ScenarioEntry, app: AppEntry, doc: LocatedYaml, pat
 
 
 def _scenario_entry(raw: Any, app_doc: LocatedYaml, index: int) -> tuple[ScenarioEntry, LocatedYaml, Path_]:
+    from sbrs.app.schema import ScenarioEntry, ScenarioFileRef
+
     path: Path_ = ("scenarios", index)
     mapping = _as_mapping(app_doc, raw, path, "a scenario, or {file: scenario.yaml}")
     if "file" not in mapping:
@@ -320,6 +328,8 @@ def _resolve_metrics(entry: MetricsEntry, doc: LocatedYaml) -> MetricsConfig:
 
 def load_app_config(path: str | Path) -> AppConfig:
     """Read and validate an app YAML and its scenario files; resolve every scenario's ONNX file."""
+    from sbrs.app.schema import AppEntry
+
     doc = load_yaml(path)
     _as_mapping(doc, doc.data, (), "the app")
     app: AppEntry = _validate(AppEntry, doc.data, doc)

@@ -8,9 +8,21 @@ and ``metrics_from_args`` give ``sbrs run`` its ``--metrics-*`` options. Metric 
 
 from __future__ import annotations
 
-from sbrs.metrics.cli import cli_arguments, metrics_from_args
-from sbrs.metrics.observer import MetricsObserver
-from sbrs.metrics.server import DEFAULT_ADDRESS, DEFAULT_PORT, MetricsServer, start_metrics_server
+from typing import Any
+
+# prometheus_client is imported on first use of a name below, so `sbrs run` without metrics never loads it.
+_SOURCES = {"cli_arguments": "cli", "metrics_from_args": "cli", "MetricsObserver": "observer",
+            "DEFAULT_ADDRESS": "server", "DEFAULT_PORT": "server", "MetricsServer": "server",
+            "start_metrics_server": "server"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SOURCES:
+        import importlib
+
+        return getattr(importlib.import_module(f"sbrs.metrics.{_SOURCES[name]}"), name)
+    raise AttributeError(f"module 'sbrs.metrics' has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_ADDRESS",

@@ -13,11 +13,13 @@ without a port from either, no server is started (the observer still counts, at 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sbrs.errors import InputError
-from sbrs.metrics.observer import MetricsObserver
-from sbrs.metrics.server import MetricsServer, start_metrics_server
+
+if TYPE_CHECKING:
+    from sbrs.metrics.observer import MetricsObserver
+    from sbrs.metrics.server import MetricsServer
 
 
 def _port(text: str) -> int:
@@ -49,6 +51,9 @@ def metrics_from_args(args: argparse.Namespace, app: Any) -> tuple[MetricsObserv
 
     The server starts at once, before the app loads its models, so a busy port fails fast (``InputError``).
     """
+    from sbrs.metrics.observer import MetricsObserver
+    from sbrs.metrics.server import start_metrics_server
+
     config = getattr(app, "config", app)
     section = getattr(config, "metrics", None)
     port = getattr(args, "metrics_port", None)

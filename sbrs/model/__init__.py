@@ -1,5 +1,7 @@
 """Stage 1 of the data flow: the CNN model of thesis Section 2.1 and its ONNX import."""
 
+from typing import Any
+
 from sbrs.model.cnn import (
     LAYER_TYPES,
     SUPPORTED_OPS,
@@ -16,8 +18,20 @@ from sbrs.model.cnn import (
     params_bytes,
     unique_params,
 )
-from sbrs.model.onnx_export import build_graph_model, to_onnx
-from sbrs.model.onnx_import import import_model, import_onnx, load_onnx
+
+# ONNX import and export load the onnx package; they are imported on first use, so code that only needs the
+# model types (the runtime running a compiled build) does not pay for it.
+_LAZY = {"build_graph_model": "onnx_export", "to_onnx": "onnx_export",
+         "import_model": "onnx_import", "import_onnx": "onnx_import", "load_onnx": "onnx_import"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"sbrs.model.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'sbrs.model' has no attribute {name!r}")
+
 
 __all__ = [
     "LAYER_TYPES",

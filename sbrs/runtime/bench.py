@@ -7,11 +7,11 @@ alternate blocks of ``frames`` frames, ``repeats`` times; each side's fps is the
 ``ratio`` = sbrs fps / ORT fps.
 
 Process memory (``measure_memory``): four fresh interpreters, started in this run one after another: a bare
-one with only numpy and onnxruntime imported (the baseline), the app loaded in sbrs, every scenario's ONNX
-file as its own plain ORT session, and the largest scenario alone in plain ORT; the loaded ones warm every
-scenario up before their resident set size is read, and all hand freed memory back to the system
-(``malloc_trim``), as ``sbrs run`` does. Figures are RSS above the baseline, steady and peak (``VmHWM``:
-loading and switching). The import of sbrs itself (pydantic, onnx, ...) is part of what sbrs costs.
+one with only numpy and onnxruntime imported (the baseline), sbrs running the app's verified build
+(``sbrs.build``) as ``sbrs run`` does, every scenario's ONNX file as its own plain ORT session, and the largest
+scenario alone in plain ORT; the loaded ones warm every scenario up before their resident set size is read,
+and the ORT ones hand freed memory back to the system (``malloc_trim``). Figures are RSS above the baseline,
+steady and peak (``VmHWM``: loading and switching). What sbrs imports is part of what sbrs costs.
 """
 
 from __future__ import annotations
@@ -147,19 +147,15 @@ def _child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
 
 
 def rss_child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
-    """In a fresh interpreter: the app in sbrs, every scenario run after loading, as ``sbrs run`` does."""
+    """In a fresh interpreter: the app's verified build in sbrs, as ``sbrs run`` runs it, every scenario run."""
     if mode != "sbrs":
         raise ValueError(f"unknown memory probe {mode!r}")
-    from sbrs.app import load_app
-    from sbrs.runtime.device import release_free_memory
+    from sbrs.build.artifact import load_build
+    from sbrs.runtime.executor import Runtime
 
-    app = load_app(argument["app"])
-    runtime = app.runtime(granularity=argument["granularity"])
-    shape, dtype = app.config.input.shape, app.config.input.dtype
-    del app
-    gc.collect()
-    release_free_memory()
-    frame = np.zeros(shape, dtype)
+    build = load_build(argument["app"])
+    runtime = Runtime(build=build)
+    frame = np.zeros(build.config.input.shape, build.config.input.dtype)
     for scenario in runtime.scenarios:
         runtime.switch(scenario)
         for _ in range(WARMUP_FRAMES):
@@ -179,15 +175,20 @@ def measure_memory(app_path: str, *, granularity: str | None) -> dict[str, Any]:
     active scenario on each switch holds at most).
     """
     from sbrs.app.config import load_app_config
+    from sbrs.build.artifact import build_dir, compile_in_child, verify_build
     from sbrs.runtime.device import resolve_providers
 
     config = load_app_config(app_path)
     providers = resolve_providers(tuple(config.runtime.providers), where=config.path)
+    try:  # sbrs is measured running the app's current build, as ``sbrs run`` does (made first if needed)
+        verify_build(build_dir(app_path), app_path)
+    except InputError:
+        compile_in_child(app_path)
     models = [str(Path(s.model_path).resolve()) for s in config.scenarios]
     common = {"providers": list(providers), "threads": config.runtime.threads or _cpu_count(),
               "shape": list(config.input.shape), "dtype": config.input.dtype}
     baseline = _child("idle", {})["rss"]
-    sbrs = _child("sbrs", {"app": str(Path(app_path).resolve()), "granularity": granularity})
+    sbrs = _child("sbrs", {"app": str(Path(app_path).resolve())})
     ort_all = _child("ort", {"models": models, **common})
     ort_active = _child("ort", {"models": [max(models, key=lambda path: Path(path).stat().st_size)], **common})
 

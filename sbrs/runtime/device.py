@@ -22,17 +22,18 @@ import ctypes.util
 import os
 import sys
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnx
 import onnxruntime as ort
-from onnx import helper
 
 from sbrs.errors import InputError
 from sbrs.ort_env import ThreadPool as ThreadPool  # re-exported: the runtime stage's view of the environment
 from sbrs.ort_env import session_options as session_options
 from sbrs.ort_env import use_global_thread_pool as use_global_thread_pool
+
+if TYPE_CHECKING:  # onnx is imported where a model is built, never on the path that runs a compiled build
+    import onnx
 
 CPU_PROVIDER = "CPUExecutionProvider"
 GPU_PROVIDERS: tuple[str, ...] = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
@@ -67,6 +68,8 @@ def create_session(model: onnx.ModelProto | str, providers: tuple[str, ...]) -> 
     """
     if isinstance(model, str):
         return ort.InferenceSession(model, session_options(), providers=list(providers))
+    import onnx
+
     with tempfile.TemporaryDirectory(prefix="sbrs-unit-") as folder:
         path = os.path.join(folder, "unit.onnx")
         onnx.save_model(model, path)
@@ -112,6 +115,8 @@ class ArenaMemory:
 
 def copy_model(shape: tuple[int, ...], dtype: str) -> onnx.ModelProto:
     """An Identity model ``x → y`` of ``shape``/``dtype``: a host/device copy when x and y live apart."""
+    from onnx import helper
+
     element = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "copy",
                               [helper.make_tensor_value_info("x", element, list(shape))],

@@ -46,9 +46,6 @@ import numpy as np
 
 from sbrs.control.events import Observers, RunObserver
 from sbrs.errors import InputError, SbrsRuntimeError
-from sbrs.moc import Moc, derive_moc
-from sbrs.model import naive_buffer_bytes, params_bytes
-from sbrs.runtime.arena import plan_layout
 from sbrs.runtime.control_node import ControlNode, SwitchRecord, SwitchRequest
 from sbrs.runtime.device import (
     ArenaMemory,
@@ -60,12 +57,15 @@ from sbrs.runtime.device import (
     use_global_thread_pool,
 )
 from sbrs.runtime.transition import TRANSITION_MODES, PairTable, TransitionPlan, build_transition_plan, plan_shadow
-from sbrs.runtime.units import MIN_SWITCH_STEP_WORK, UnitPlan, layout_units, unit_model
+from sbrs.runtime.units import MIN_SWITCH_STEP_WORK, UnitPlan
 
 if TYPE_CHECKING:
     import onnxruntime as ort
 
     from sbrs.app.app import App
+    from sbrs.app.config import AppConfig
+    from sbrs.build.artifact import LoadedBuild
+    from sbrs.moc import Moc
 
 Frame = np.ndarray | Mapping[str, np.ndarray]
 TRANSITION_ARENAS: tuple[str, ...] = ("shared", "shadow")
@@ -96,6 +96,10 @@ def build_unit_plan(app: App, granularity: str | None = None, moc: Moc | None = 
     to ``runtime.switch_steps`` switch points per frame (``sbrs.runtime.units``): the old step in flight is what
     a switch waits for.
     """
+    from sbrs.moc import derive_moc
+    from sbrs.runtime.arena import plan_layout
+    from sbrs.runtime.units import layout_units
+
     moc = moc or derive_moc(app.models, app.config.adaptive)
     options = app.config.runtime
     chosen = granularity or options.granularity
@@ -121,10 +125,14 @@ class Runtime:
     parallelism; pays off only with cores to spare, see ``_Transition``). ``observers`` get the run events.
     """
 
-    def __init__(self, app: App, *, granularity: str | None = None, transition: str | None = None,
-                 transition_arena: str | None = None, transition_schedule: str = "priority",
-                 observers: Iterable[RunObserver] = ()) -> None:
-        config = app.config
+    def __init__(self, app: App | None = None, *, build: LoadedBuild | None = None, granularity: str | None = None,
+                 transition: str | None = None, transition_arena: str | None = None,
+                 transition_schedule: str = "priority", observers: Iterable[RunObserver] = ()) -> None:
+        """From an ``App`` (derives and compiles everything here) or from a verified ``sbrs build`` artifact
+        (``build``: ``sbrs.build.artifact.load_build``; its plan, tables and unit files are used as they are)."""
+        if (app is None) == (build is None):
+            raise TypeError("Runtime needs exactly one of app and build")
+        config: AppConfig = app.config if app is not None else build.config  # type: ignore[union-attr]
         mode = transition or config.runtime.transition
         if mode not in TRANSITION_MODES:
             raise InputError(f"unknown transition '{mode}' (allowed: {', '.join(TRANSITION_MODES)})",
@@ -136,6 +144,10 @@ class Runtime:
         if transition_schedule not in TRANSITION_SCHEDULES:
             raise InputError(f"unknown transition schedule '{transition_schedule}' (allowed: "
                              f"{', '.join(TRANSITION_SCHEDULES)})", field="transition_schedule")
+        if build is not None and not build.matches(granularity, mode, transition_arena):
+            raise InputError(f"the build was compiled for granularity {build.granularity}, transition "
+                             f"{build.transition}, arena {build.transition_arena}; run `sbrs build` with the "
+                             f"options wanted or load the app", field="build")
         self.transition_schedule = transition_schedule
         self.observers = observers if isinstance(observers, Observers) else Observers(observers)
         self.node = ControlNode(tuple(s.name for s in config.scenarios), config.initial, mode=mode,
@@ -143,15 +155,25 @@ class Runtime:
         self.providers = resolve_providers(tuple(config.runtime.providers), where=config.path)
         self.device = device_of(self.providers)
         self.thread_pool: ThreadPool = use_global_thread_pool(config.runtime.threads)
-        moc = derive_moc(app.models, config.adaptive)
-        self.plan = build_unit_plan(app, granularity, moc, transition=mode)
-        # The model's figures (thesis Eq. 2.6-2.7), kept because the models themselves are not.
-        self._model_bytes = {"params_bytes": params_bytes(app.models.values()),
-                             "naive_bytes": sum(naive_buffer_bytes(m) for m in app.models.values())}
-        shadow = None
-        if transition_arena == "shadow":
-            self.plan, shadow = plan_shadow(self.plan)
-        self.transitions: TransitionPlan = build_transition_plan(self.plan, arena=transition_arena, shadow=shadow)
+        shadow: Mapping[str, int] | None
+        self.transitions: TransitionPlan
+        if build is not None:
+            self.plan, shadow, self.transitions = build.plan, build.shadow, build.transitions
+            self._model_bytes = dict(build.model_bytes)
+        else:
+            assert app is not None
+            from sbrs.moc import derive_moc
+            from sbrs.model import naive_buffer_bytes, params_bytes
+
+            moc = derive_moc(app.models, config.adaptive)
+            self.plan = build_unit_plan(app, granularity, moc, transition=mode)
+            # The model's figures (thesis Eq. 2.6-2.7), kept because the models themselves are not.
+            self._model_bytes = {"params_bytes": params_bytes(app.models.values()),
+                                 "naive_bytes": sum(naive_buffer_bytes(m) for m in app.models.values())}
+            shadow = None
+            if transition_arena == "shadow":
+                self.plan, shadow = plan_shadow(self.plan)
+            self.transitions = build_transition_plan(self.plan, arena=transition_arena, shadow=shadow)
         self.input_specs = {config.input.name: (tuple(config.input.shape), np.dtype(config.input.dtype))}
         self._lock = threading.Lock()
         self._closed = False
@@ -164,7 +186,14 @@ class Runtime:
         self._bound_ranges: list[tuple[str, int, int]] = []  # (tensor, start, end) of every binding, from base
         self._sessions: dict[str, ort.InferenceSession] = {}
         for unit in self.plan.units:
-            self._sessions[unit.id] = create_session(unit_model(app.models, moc, unit, specs, app.name), self.providers)
+            if build is not None:  # ONNX Runtime reads the unit file and the shared weights file itself
+                self._sessions[unit.id] = create_session(build.unit_path(unit.id), self.providers)
+            else:
+                from sbrs.runtime.units import unit_model
+
+                assert app is not None
+                self._sessions[unit.id] = create_session(unit_model(app.models, moc, unit, specs, app.name),
+                                                         self.providers)
         self._arena = ArenaMemory(self.plan.arena_bytes, self.device, self.plan.alignment)
         self._calls: dict[str, tuple[Callable[[], Any], ...]] = {
             scenario: tuple(self._bound_call(scenario, unit_id, step) for step, unit_id in enumerate(calls, 1))

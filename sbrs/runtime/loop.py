@@ -245,7 +245,7 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
             observers: Iterable[RunObserver] = ()) -> int:
     """``sbrs run``: load the app, serve the control socket, run frames (JSON lines to stdout or ``output``),
     the summary to stderr. ``observers`` (``RunObserver``) get every run event (metrics plug in here)."""
-    from sbrs.app import load_app
+    from sbrs.build.artifact import open_runtime
     from sbrs.control.controller import PolicyController
     from sbrs.errors import InputError
     from sbrs.runtime.control_node import ObservedRequestStats
@@ -263,12 +263,14 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
     # second one during the shutdown changes nothing (the summary is still written, the socket removed).
     with stop_on_signals(stop):
         fan_out = Observers(observers)
-        app = load_app(app_path)
-        frame_source = open_frames(source, app.config.input, seed)
-        runtime = app.runtime(granularity=granularity, transition=transition, observers=fan_out)
-        config = app.config
-        memory = scenario_memory_mb(app, runtime)
-        del app  # the runtime keeps what it needs; the models' weights can go
+        # from the app's verified build (sbrs.build.artifact); the models are never parsed in this process
+        runtime, config, memory = open_runtime(app_path, granularity=granularity, transition=transition,
+                                               observers=fan_out)
+        try:
+            frame_source = open_frames(source, config.input, seed)
+        except BaseException:
+            runtime.close()
+            raise
         release_free_memory()
         controller = PolicyController(config, runtime.switch, current=runtime.scenario, switch_source=True)
         measurements = Measurements(controller, memory)

@@ -55,15 +55,15 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
-
-import onnx
+from typing import TYPE_CHECKING, Any
 
 from sbrs.errors import InputError
 from sbrs.moc.model import Moc, Step, Value
 from sbrs.model.cnn import INPUT_OP, OUTPUT_OP, CnnModel, Layer, TensorSpec, layer_work
-from sbrs.model.onnx_export import build_graph_model
 from sbrs.plan.tensors import tensor_id
+
+if TYPE_CHECKING:
+    import onnx
 
 GRANULARITIES: tuple[str, ...] = ("auto", "layer")
 
@@ -450,6 +450,8 @@ def unit_model(models: Mapping[str, CnnModel], moc: Moc, unit: Unit, tensor_spec
                app_name: str = "sbrs") -> onnx.ModelProto:
     """The ONNX model of ``unit``, built from its source scenario's layers: data tensors produced inside the unit
     are named by supergraph tensor id, operands read from outside by the unit's input placeholders."""
+    from sbrs.model.onnx_export import build_graph_model
+
     private = frozenset(replace(key, private_to="") for key in unit.steps if key.private_to)
     users = {s: _scenario_steps(models[s], moc, s, scenario_tensor_ids(models[s], moc.layer_capture[s]), private)
              for s in unit.scenarios}

@@ -1,0 +1,144 @@
+"""Start-up and process memory of `sbrs run` against the plain ONNX Runtime scripts a user would write instead.
+
+For each example app, in one run, fresh processes, median of ``--repeats`` (default 3):
+
+- ``sbrs``: ``sbrs run APP --frames F --no-socket`` from a current build (made before timing);
+- ``ort all-N``: a Python script that creates one ONNX Runtime session per scenario model (best settings:
+  full graph optimisation, global thread pool of the app's size) and runs F frames on the initial one;
+- ``ort active``: the same script loading only the initial scenario's model.
+
+Figures: time to first output (process start → first JSON line on stdout), peak RSS of the process (the
+kernel's ``ru_maxrss`` from ``wait4``), and steady RSS *above a bare interpreter that imported numpy and
+onnxruntime* (read by each process from /proc after its frames; the bare interpreter is measured too).
+Usage:
+
+    python benchmarks/startup.py [APP.yaml ...] [--frames 50] [--repeats 3] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+APPS = ["drone", "multi-cnn", "cifar10", "pamap2", "tiny"]
+
+# The plain ORT user's script: sessions, then frames, one line per frame; the last line is its steady RSS.
+ORT_SCRIPT = r"""
+import json, sys
+import numpy as np, onnxruntime as ort
+models, shape, dtype, frames, threads = json.loads(sys.argv[1])
+ort.set_global_thread_pool_sizes(threads, 1)
+options = ort.SessionOptions()
+options.use_per_session_threads = False
+sessions = [ort.InferenceSession(path, options, providers=["CPUExecutionProvider"]) for path in models]
+active = sessions[0]
+frame = np.random.default_rng(0).standard_normal(shape).astype(dtype)
+name = active.get_inputs()[0].name
+for index in range(frames):
+    out = active.run(None, {name: frame})
+    print(json.dumps({"frame": index, "top": int(np.argmax(out[0]))}), flush=True)
+status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+print("RSS", int(status["VmRSS"].split()[0]) * 1024, flush=True)
+"""
+
+BARE_SCRIPT = r"""
+import numpy, onnxruntime
+status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+print("RSS", int(status["VmRSS"].split()[0]) * 1024, flush=True)
+"""
+
+# sbrs run, with the steady RSS printed after the frames (the same /proc read as the ORT script).
+SBRS_SCRIPT = r"""
+import sys
+from sbrs.cli import main
+code = main(["run", sys.argv[1], "--frames", sys.argv[2], "--no-socket"])
+status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+print("RSS", int(status["VmRSS"].split()[0]) * 1024, flush=True)
+sys.exit(code)
+"""
+
+
+def measure(command: list[str]) -> dict[str, float]:
+    """Run ``command``: seconds to its first stdout line, peak RSS (bytes), the RSS it printed last."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert process.stdout is not None
+    first = None
+    steady = 0
+    for line in process.stdout:
+        if first is None:
+            first = time.perf_counter() - start
+        if line.startswith("RSS "):
+            steady = int(line.split()[1])
+    _, status, usage = os.wait4(process.pid, 0)
+    if status != 0:
+        raise SystemExit(f"{command[:4]}... failed with status {status}")
+    return {"first_s": first or 0.0, "peak": usage.ru_maxrss * 1024, "steady": steady}
+
+
+def app_row(app: str, frames: int, repeats: int) -> dict[str, object]:
+    from sbrs.app.config import load_app_config
+
+    path = str(ROOT / "apps" / f"{app}.yaml")
+    config = load_app_config(path)
+    subprocess.run([sys.executable, "-m", "sbrs.cli", "build", path], check=True, stdout=subprocess.DEVNULL)
+    order = [config.initial] + [s.name for s in config.scenarios if s.name != config.initial]
+    models = [config.scenario(name).model_path for name in order]
+    threads = config.runtime.threads or os.cpu_count() or 1
+    shape, dtype = list(config.input.shape), config.input.dtype
+    sides = {
+        "sbrs": [sys.executable, "-c", SBRS_SCRIPT, path, str(frames)],
+        "ort_all": [sys.executable, "-c", ORT_SCRIPT, json.dumps([models, shape, dtype, frames, threads])],
+        "ort_active": [sys.executable, "-c", ORT_SCRIPT, json.dumps([models[:1], shape, dtype, frames, threads])],
+        "bare": [sys.executable, "-c", BARE_SCRIPT],
+    }
+    runs: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
+    for _ in range(repeats):  # interleaved, so drifts on a shared machine hit every side alike
+        for side, command in sides.items():
+            runs[side].append(measure(command))
+    median = {side: {key: statistics.median(r[key] for r in results) for key in results[0]}
+              for side, results in runs.items()}
+    bare = median["bare"]["steady"]
+    row: dict[str, object] = {"app": app, "bare_rss_mb": round(bare / 1e6, 1)}
+    for side in ("sbrs", "ort_all", "ort_active"):
+        row[side] = {"first_output_s": round(median[side]["first_s"], 3),
+                     "peak_rss_mb": round(median[side]["peak"] / 1e6, 1),
+                     "steady_above_bare_mb": round((median[side]["steady"] - bare) / 1e6, 1)}
+    sbrs, ort_all = median["sbrs"], median["ort_all"]
+    row["peak_ratio"] = round(sbrs["peak"] / ort_all["peak"], 3)
+    row["first_output_ratio"] = round(sbrs["first_s"] / ort_all["first_s"], 3)
+    row["steady_ratio"] = round((sbrs["steady"] - bare) / max(ort_all["steady"] - bare, 1), 3)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("apps", nargs="*", default=APPS)
+    parser.add_argument("--frames", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rows = [app_row(Path(app).stem, args.frames, args.repeats) for app in args.apps]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return
+    print(f"{'app':<10} {'side':<11} {'first output s':>14} {'peak RSS MB':>12} {'steady above bare MB':>21}")
+    for row in rows:
+        for side in ("sbrs", "ort_all", "ort_active"):
+            figures = row[side]
+            assert isinstance(figures, dict)
+            print(f"{row['app']:<10} {side:<11} {figures['first_output_s']:>14.3f} {figures['peak_rss_mb']:>12.1f} "
+                  f"{figures['steady_above_bare_mb']:>21.1f}")
+        print(f"{'':<10} sbrs / ort all-N: first output {row['first_output_ratio']}, peak {row['peak_ratio']}, "
+              f"steady above bare {row['steady_ratio']} (bare interpreter {row['bare_rss_mb']} MB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""``sbrs build``'s compiled artifact: the app's execution units as ONNX files with their weights stored once.
+
+The layout and the checks on loading are described in ``sbrs.build.artifact``. Writing goes through a
+temporary folder renamed into place, so a build interrupted half-way never looks current.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from sbrs import __version__
+from sbrs.app.app import App
+from sbrs.build.artifact import FORMAT, MANIFEST, WEIGHTS, build_dir, file_sha256, input_record, manifest_checksum
+from sbrs.runtime.units import UnitPlan
+
+#: Tensors smaller than this stay inside their unit file (biases, scales): not worth a page of the weights file.
+EXTERNAL_MIN_BYTES = 1024
+#: Offsets in the weights file are page-aligned, so ONNX Runtime may map tensors straight from the file.
+WEIGHTS_ALIGNMENT = 4096
+
+
+class _WeightsFile:
+    """The shared weights file: each distinct tensor content written once, page-aligned."""
+
+    def __init__(self, path: Path) -> None:
+        self.stream = open(path, "wb")  # noqa: SIM115 (closed by close())
+        self.offsets: dict[str, tuple[int, int]] = {}
+
+    def place(self, data: bytes) -> tuple[int, int]:
+        digest = hashlib.sha256(data).hexdigest()
+        if digest not in self.offsets:
+            position = self.stream.tell()
+            padding = -position % WEIGHTS_ALIGNMENT
+            self.stream.write(b"\0" * padding)
+            self.offsets[digest] = (position + padding, len(data))
+            self.stream.write(data)
+        return self.offsets[digest]
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+def externalise(model: onnx.ModelProto, weights: _WeightsFile) -> None:
+    """Move ``model``'s initializers of ``EXTERNAL_MIN_BYTES`` or more into the shared weights file."""
+    for tensor in model.graph.initializer:
+        if not tensor.HasField("raw_data") or len(tensor.raw_data) < EXTERNAL_MIN_BYTES:
+            continue
+        offset, length = weights.place(tensor.raw_data)
+        tensor.ClearField("raw_data")
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        del tensor.external_data[:]
+        for key, value in (("location", WEIGHTS), ("offset", str(offset)), ("length", str(length))):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, value
+
+
+def input_files(app: App) -> list[Path]:
+    """Every file the build depends on: the app YAML, scenario files, each scenario's ONNX file.
+
+    Models generated from the zoo or the inline layer language are not inputs: they follow from the YAML
+    and the sbrs version, both in the fingerprint, and their cached exports may come and go."""
+    files = [Path(app.config.path)]
+    for scenario in app.config.scenarios:
+        files.append(Path(scenario.defined_in))
+        if scenario.model_kind == "onnx":
+            files.append(Path(scenario.model_path))
+    return list(dict.fromkeys(files))
+
+
+def scenario_memory_mb(app: App, plan: UnitPlan) -> dict[str, float]:
+    """Per scenario: its unique parameter bytes plus the peak of its boundary tensors in the arena, in MB."""
+    from sbrs.memory.bounds import peak_by_timeline
+    from sbrs.model import params_bytes
+    from sbrs.runtime.arena import arena_problem
+    from sbrs.runtime.units import UnitLayout
+
+    layout = UnitLayout(plan.units, plan.sequences, plan.inputs, plan.outputs, {t.id: t.spec for t in plan.tensors})
+    peaks = peak_by_timeline(arena_problem(layout, plan.alignment))
+    return {name: (params_bytes([model]) + peaks.get(name, 0)) / 1e6 for name, model in app.models.items()}
+
+
+def compile_app(app: App, folder: Path | None = None) -> dict[str, Any]:
+    """Write the build of ``app`` (default ``APP.build/`` beside the app file); returns its manifest."""
+    from sbrs.moc import derive_moc
+    from sbrs.model import naive_buffer_bytes, params_bytes
+    from sbrs.runtime.executor import build_unit_plan
+    from sbrs.runtime.transition import build_transition_plan, plan_shadow
+    from sbrs.runtime.units import unit_model
+
+    folder = folder or build_dir(app.config.path)
+    mode = app.config.runtime.transition
+    arena = "shadow" if mode == "sbrs-tp" else "shared"
+    moc = derive_moc(app.models, app.config.adaptive)
+    plan = build_unit_plan(app, None, moc, transition=mode)
+    specs = {t.id: t.spec for t in plan.tensors}
+    shadow: Mapping[str, int] | None = None
+    run_plan = plan
+    if arena == "shadow":
+        run_plan, shadow = plan_shadow(plan)
+    transitions = build_transition_plan(run_plan, arena=arena, shadow=shadow)
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        weights = _WeightsFile(staging / WEIGHTS)
+        try:
+            for unit in plan.units:
+                model = unit_model(app.models, moc, unit, specs, app.name)
+                externalise(model, weights)
+                onnx.save_model(model, str(staging / f"{unit.id}.onnx"))
+        finally:
+            weights.close()
+        files = {str(path.relative_to(staging)): file_sha256(path)
+                 for path in sorted(staging.rglob("*")) if path.is_file()}
+        manifest: dict[str, Any] = {
+            "format": FORMAT, "sbrs": __version__, "app": app.name,
+            "inputs": [input_record(path, folder.parent) for path in input_files(app)],
+            "options": {"granularity": plan.granularity, "transition": mode, "transition_arena": arena},
+            "config": app.config.to_dict(),
+            "plan": run_plan.to_dict(), "shadow": dict(shadow) if shadow is not None else None,
+            "transitions": transitions.to_dict(),
+            "model_bytes": {"params_bytes": params_bytes(app.models.values()),
+                            "naive_bytes": sum(naive_buffer_bytes(m) for m in app.models.values())},
+            "scenario_memory_mb": scenario_memory_mb(app, plan),
+            "weights_bytes": (staging / WEIGHTS).stat().st_size,
+            "files": files,
+        }
+        manifest["checksum"] = manifest_checksum(manifest)
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(staging, folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return manifest

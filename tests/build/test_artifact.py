@@ -1,0 +1,144 @@
+"""The compiled build: equivalence with ONNX Runtime on each scenario's own model, refusal of bad builds, and
+the lean run path (no onnx, pydantic, zoo or reduction search in the process that runs a build)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from sbrs.app import load_app
+from sbrs.build.artifact import MANIFEST, WEIGHTS, build_dir, load_build
+from sbrs.build.compile import compile_app
+from sbrs.errors import InputError
+from sbrs.runtime.device import session_options
+from sbrs.runtime.executor import Runtime
+
+APPS = Path(__file__).resolve().parents[2] / "apps"
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    """A copy of the tiny app with a fresh build beside it."""
+    app_path = tmp_path / "tiny.yaml"
+    shutil.copy(APPS / "tiny.yaml", app_path)
+    compile_app(load_app(app_path))
+    return app_path
+
+
+def _sbrs(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sbrs.cli", *args], capture_output=True, text=True, check=False,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("name", ["tiny", "pamap2"])
+def test_build_runs_like_onnx_runtime_on_each_scenario_model(name: str, tmp_path: Path) -> None:
+    app = load_app(APPS / f"{name}.yaml")
+    folder = tmp_path / f"{name}.build"
+    manifest = compile_app(app, folder)
+    assert manifest["weights_bytes"] > 0
+    # one weights file shared by every unit file, no weight stored twice
+    assert sum(1 for path in folder.iterdir() if path.suffix == ".bin") == 1
+    build = Runtime(build=load_build(app.config.path, folder))
+    rng = np.random.default_rng(3)
+    frame = rng.standard_normal(tuple(app.config.input.shape)).astype(app.config.input.dtype)
+    for scenario in app.config.scenarios:
+        reference = ort.InferenceSession(scenario.model_path, session_options(), providers=["CPUExecutionProvider"])
+        expected = dict(zip([o.name for o in reference.get_outputs()],
+                            reference.run(None, {reference.get_inputs()[0].name: frame}), strict=True))
+        build.switch(scenario.name)
+        got = build.infer(frame)
+        for output, value in expected.items():
+            assert np.max(np.abs(got[output] - value)) <= 1e-5 * max(1.0, float(np.max(np.abs(value))))
+    build.close()
+
+
+def test_run_uses_current_build_and_says_when_it_builds(tmp_path: Path) -> None:
+    app_path = tmp_path / "tiny.yaml"
+    shutil.copy(APPS / "tiny.yaml", app_path)
+    first = _sbrs("run", str(app_path), "--frames", "2", "--no-socket")
+    assert first.returncode == 0, first.stderr
+    assert "building" in first.stderr and (build_dir(app_path) / MANIFEST).is_file()
+    second = _sbrs("run", str(app_path), "--frames", "2", "--no-socket")
+    assert second.returncode == 0 and "building" not in second.stderr
+    def outputs(text: str) -> list[object]:
+        return [json.loads(line)["outputs"] for line in text.splitlines()]
+
+    assert outputs(first.stdout) == outputs(second.stdout)  # same seeded frames, same outputs
+
+
+def _garbage(folder: Path) -> None:
+    (folder / MANIFEST).write_bytes(b"\x00\xffnot json")
+
+
+def _truncated_manifest(folder: Path) -> None:
+    text = (folder / MANIFEST).read_bytes()
+    (folder / MANIFEST).write_bytes(text[: len(text) // 2])
+
+
+def _tampered_manifest(folder: Path) -> None:
+    manifest = json.loads((folder / MANIFEST).read_text())
+    manifest["plan"]["arena_bytes"] += 64
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+
+
+def _tampered_weights(folder: Path) -> None:
+    data = bytearray((folder / WEIGHTS).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (folder / WEIGHTS).write_bytes(bytes(data))
+
+
+def _truncated_weights(folder: Path) -> None:
+    data = (folder / WEIGHTS).read_bytes()
+    (folder / WEIGHTS).write_bytes(data[: len(data) // 2])
+
+
+def _missing_unit(folder: Path) -> None:
+    next(folder.glob("u*.onnx")).unlink()
+
+
+def _stale(folder: Path) -> None:
+    app_path = folder.with_name("tiny.yaml")
+    app_path.write_text(app_path.read_text().replace("characteristics: {accuracy: 90.0", "characteristics: "
+                                                     "{accuracy: 91.0", 1))
+
+
+@pytest.mark.parametrize("damage", [_garbage, _truncated_manifest, _tampered_manifest, _tampered_weights,
+                                    _truncated_weights, _missing_unit, _stale])
+def test_bad_build_is_refused_with_exit_2_and_one_line(tiny: Path, damage) -> None:  # type: ignore[no-untyped-def]
+    damage(build_dir(tiny))
+    with pytest.raises(InputError, match="run `sbrs build"):
+        load_build(tiny)
+    result = _sbrs("run", str(tiny), "--frames", "1", "--no-socket")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "sbrs build" in lines[0] and "Traceback" not in result.stderr
+    rebuilt = _sbrs("run", str(tiny), "--frames", "1", "--no-socket", "--rebuild")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "rebuilding" in rebuilt.stderr
+
+
+def test_touching_an_input_without_changing_it_keeps_the_build(tiny: Path) -> None:
+    tiny.write_text(tiny.read_text())  # new mtime, same bytes: the sha256 decides
+    assert load_build(tiny).config.name == "tiny"
+
+
+FORBIDDEN = ("onnx", "pydantic", "sbrs.zoo", "sbrs.reduction", "deap", "sbrs.model.onnx_import")
+
+
+def test_running_a_build_imports_only_what_it_needs(tiny: Path) -> None:
+    code = f"""
+import sys
+from sbrs.cli import main
+assert main(["run", {str(tiny)!r}, "--frames", "3", "--no-socket"]) == 0
+print("LOADED", sorted(m for m in {FORBIDDEN!r} if m in sys.modules))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "LOADED []" in result.stdout
