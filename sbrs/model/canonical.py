@@ -48,7 +48,8 @@ def needs_canonical(model: onnx.ModelProto) -> bool:
 
 
 def canonicalize(model: onnx.ModelProto, source: str, threads: int | None = None) -> onnx.ModelProto:
-    """``model`` in canonical form (module docstring); its input shapes must already be fixed. The optimizer
+    """``model`` in canonical form (module docstring); its input shapes must already be fixed, and its weights
+    are dropped from it (the result holds them). The optimizer
     runs in a session on the process's global ONNX Runtime pool (``sbrs.ort_env``; ``threads`` sizes it if
     this is the process's first session, as the app's ``runtime.threads`` would)."""
     import onnxruntime as ort
@@ -58,9 +59,13 @@ def canonicalize(model: onnx.ModelProto, source: str, threads: int | None = None
     use_global_thread_pool(threads)
     options = session_options()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.add_session_config_entry("session.disable_prepacking", "1")  # the session only writes the file
     with tempfile.TemporaryDirectory(prefix="sbrs-canonical-") as folder:
         given, folded = os.path.join(folder, "given.onnx"), os.path.join(folder, "canonical.onnx")
         onnx.save_model(model, given)
+        # The caller hands the model over (``import_model(copy=False)`` or a copy of its own): drop its weights
+        # now, so that ONNX Runtime's copy and the folded model are not held beside them.
+        del model.graph.initializer[:]
         options.optimized_model_filepath = folded
         try:
             ort.InferenceSession(given, options, providers=["CPUExecutionProvider"],

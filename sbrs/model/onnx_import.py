@@ -304,7 +304,10 @@ def _table_2_1(node: onnx.NodeProto, attrs: dict[str, Any], in_shapes: list[tupl
 
 def _build(model: onnx.ModelProto, source: str, name: str) -> CnnModel:
     graph = model.graph
-    arrays = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+    arrays: dict[str, np.ndarray] = {}
+    for init in graph.initializer:
+        arrays[init.name] = numpy_helper.to_array(init)
+        init.ClearField("raw_data")  # the array is a copy: free the file's bytes now, one tensor at a time
     weights = WeightStore()
     refs = {key: ParamRef(key, tuple(int(d) for d in a.shape), a.dtype.name, weights.add(a))
             for key, a in arrays.items()}
