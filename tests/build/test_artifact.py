@@ -142,3 +142,24 @@ print("LOADED", sorted(m for m in {FORBIDDEN!r} if m in sys.modules))
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "LOADED []" in result.stdout
+
+
+def test_a_changed_model_file_makes_the_build_stale(tmp_path: Path) -> None:
+    """An app naming an ONNX file: rewriting that file with other weights makes the build stale."""
+    import onnx
+    from onnx import numpy_helper
+
+    source = load_app(APPS / "tiny.yaml").config.scenarios[0]
+    model_path = tmp_path / "model.onnx"
+    shutil.copy(source.model_path, model_path)
+    app_path = tmp_path / "one.yaml"
+    app_path.write_text("name: one\ninput: {name: input, shape: [1, 3, 32, 32], dtype: float32}\ninitial: only\n"
+                        "scenarios:\n  - {name: only, model: model.onnx, requirements: {accuracy: 1.0}}\n")
+    compile_app(load_app(app_path))
+    assert load_build(app_path).config.name == "one"
+    model = onnx.load(model_path)
+    first = model.graph.initializer[0]
+    first.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(first) + 1, first.name))
+    onnx.save(model, model_path)
+    with pytest.raises(InputError, match=r"stale: model\.onnx changed"):
+        load_build(app_path)
