@@ -163,3 +163,19 @@ def test_a_changed_model_file_makes_the_build_stale(tmp_path: Path) -> None:
     onnx.save(model, model_path)
     with pytest.raises(InputError, match=r"stale: model\.onnx changed"):
         load_build(app_path)
+
+
+def test_app_runtime_uses_a_current_build_and_falls_back_to_the_models(tiny: Path) -> None:
+    app = load_app(tiny)
+    frame = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    with app.runtime() as from_build, app.runtime(use_build=False) as in_memory:
+        assert all(str(build_dir(tiny)) in session._model_path for session in from_build._sessions.values())
+        for scenario in app.config.scenario_names:
+            from_build.switch(scenario)
+            in_memory.switch(scenario)
+            assert np.array_equal(from_build.infer(frame)["output"], in_memory.infer(frame)["output"])
+    _tampered_weights(build_dir(tiny))
+    with app.runtime() as fallback:
+        assert not any(str(build_dir(tiny)) in session._model_path for session in fallback._sessions.values())
+    with app.runtime(transition="naive") as other_options:  # the build is for sbrs-tp: compiled in memory
+        assert other_options.node.mode == "naive"
