@@ -28,11 +28,28 @@ class App:
     def model(self, scenario: str) -> CnnModel:
         return self.models[scenario]
 
-    def runtime(self, **options: Any) -> Runtime:
-        """A ``sbrs.runtime.Runtime`` running this app's scenarios (options: ``granularity``)."""
+    def runtime(self, *, use_build: bool = True, **options: Any) -> Runtime:
+        """A ``sbrs.runtime.Runtime`` running this app's scenarios (options: see ``Runtime``).
+
+        With ``use_build`` (default), the app's ``sbrs build`` folder is used when it is current, intact, made
+        from this very configuration and compiled for the options asked; otherwise (no build, a stale or
+        damaged one, other options) the runtime is compiled from the models in memory, which this object
+        already holds, so nothing is refused here (``sbrs run`` refuses a bad build instead).
+        """
         from sbrs.runtime import Runtime
 
+        if use_build:
+            from sbrs.build.artifact import MANIFEST, build_dir, load_build
+
+            if (build_dir(self.config.path) / MANIFEST).is_file():
+                try:
+                    build = load_build(self.config.path)
+                except InputError:
+                    build = None
+                if build is not None and _same_config(build.config, self.config) and _build_fits(build, options):
+                    return Runtime(build=build, **options)
         return Runtime(self, **options)
+
 
     def summary(self) -> dict[str, Any]:
         """Per-scenario model figures (thesis Eq. 2.6, naive buffers) and the app's unique-parameter total."""
@@ -45,6 +62,25 @@ class App:
                 for name, model in self.models.items()
             },
         }
+
+
+def _same_config(built: AppConfig, loaded: AppConfig) -> bool:
+    """Equal configurations up to where files lie (paths are compared by name: the build's fingerprint
+    already vouches for their content, and generated models are named by a key of their content)."""
+    from dataclasses import replace
+
+    def placeless(config: AppConfig) -> AppConfig:
+        return replace(config, path=Path(config.path).name, scenarios=tuple(
+            replace(s, defined_in=Path(s.defined_in).name, model_path=Path(s.model_path).name)
+            for s in config.scenarios))
+
+    return placeless(built) == placeless(loaded)
+
+
+def _build_fits(build: Any, options: dict[str, Any]) -> bool:
+    mode = options.get("transition") or build.config.runtime.transition
+    arena = options.get("transition_arena") or ("shadow" if mode == "sbrs-tp" else "shared")
+    return bool(build.matches(options.get("granularity"), mode, arena))
 
 
 def _import_scenario(config: AppConfig, scenario: ScenarioConfig) -> CnnModel:

@@ -18,7 +18,9 @@ itself. A build is refused (``InputError``, exit status 2, one line that says to
 manifest is not JSON or lacks fields (garbage, truncated), when its checksum or any file's sha256 differs
 (tampered, truncated), when it was written by another format or sbrs version, or when an input file changed
 since (stale). An input file whose size and mtime are unchanged is taken as unchanged; otherwise its sha256
-decides (a ``touch`` or a fresh checkout does not make a build stale).
+decides (a ``touch`` or a fresh checkout does not make a build stale). The compiled files are checked the
+same way: size and mtime as recorded, else their sha256 (this catches damage and edits; it is not a defence
+against someone who forges a file's mtime).
 """
 
 from __future__ import annotations
@@ -140,12 +142,11 @@ def verify_build(folder: Path, app_path: str | Path) -> dict[str, Any]:
             why = changed_input(record, folder.parent)
             if why is not None:
                 raise refuse(folder, app_path, f"the build is stale: {why}")
-        for name, digest in manifest["files"].items():
-            path = folder / name
-            if not path.is_file():
-                raise refuse(folder, app_path, f"{name} is missing from the build")
-            if file_sha256(path) != digest:
-                raise refuse(folder, app_path, f"{name} does not match its sha256 (modified or truncated)")
+        for name, record in manifest["files"].items():
+            if changed_input({**record, "path": name}, folder) is not None:
+                missing = not (folder / name).is_file()
+                raise refuse(folder, app_path, f"{name} is missing from the build" if missing else
+                             f"{name} does not match its sha256 (modified or truncated)")
     except (KeyError, TypeError, AttributeError):
         raise refuse(folder, app_path, f"{MANIFEST} lacks fields of a build (damaged)") from None
     return manifest

@@ -19,7 +19,7 @@ import onnx
 
 from sbrs import __version__
 from sbrs.app.app import App
-from sbrs.build.artifact import FORMAT, MANIFEST, WEIGHTS, build_dir, file_sha256, input_record, manifest_checksum
+from sbrs.build.artifact import FORMAT, MANIFEST, WEIGHTS, build_dir, input_record, manifest_checksum
 from sbrs.runtime.units import UnitPlan
 
 #: Tensors smaller than this stay inside their unit file (biases, scales): not worth a page of the weights file.
@@ -119,8 +119,8 @@ def compile_app(app: App, folder: Path | None = None) -> dict[str, Any]:
                 onnx.save_model(model, str(staging / f"{unit.id}.onnx"))
         finally:
             weights.close()
-        files = {str(path.relative_to(staging)): file_sha256(path)
-                 for path in sorted(staging.rglob("*")) if path.is_file()}
+        files = {record.pop("path"): record for record in
+                 (input_record(path, staging) for path in sorted(staging.iterdir()) if path.is_file())}
         manifest: dict[str, Any] = {
             "format": FORMAT, "sbrs": __version__, "app": app.name,
             "inputs": [input_record(path, folder.parent) for path in input_files(app)],

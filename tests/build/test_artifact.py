@@ -4,6 +4,7 @@ the lean run path (no onnx, pydantic, zoo or reduction search in the process tha
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -91,7 +92,10 @@ def _tampered_manifest(folder: Path) -> None:
 def _tampered_weights(folder: Path) -> None:
     data = bytearray((folder / WEIGHTS).read_bytes())
     data[len(data) // 2] ^= 0xFF
+    before = (folder / WEIGHTS).stat().st_mtime_ns
     (folder / WEIGHTS).write_bytes(bytes(data))
+    # an edit made later than the build (the file clock may not tick within a few milliseconds)
+    os.utime(folder / WEIGHTS, ns=(before + 10**9, before + 10**9))
 
 
 def _truncated_weights(folder: Path) -> None:
@@ -142,3 +146,40 @@ print("LOADED", sorted(m for m in {FORBIDDEN!r} if m in sys.modules))
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "LOADED []" in result.stdout
+
+
+def test_a_changed_model_file_makes_the_build_stale(tmp_path: Path) -> None:
+    """An app naming an ONNX file: rewriting that file with other weights makes the build stale."""
+    import onnx
+    from onnx import numpy_helper
+
+    source = load_app(APPS / "tiny.yaml").config.scenarios[0]
+    model_path = tmp_path / "model.onnx"
+    shutil.copy(source.model_path, model_path)
+    app_path = tmp_path / "one.yaml"
+    app_path.write_text("name: one\ninput: {name: input, shape: [1, 3, 32, 32], dtype: float32}\ninitial: only\n"
+                        "scenarios:\n  - {name: only, model: model.onnx, requirements: {accuracy: 1.0}}\n")
+    compile_app(load_app(app_path))
+    assert load_build(app_path).config.name == "one"
+    model = onnx.load(model_path)
+    first = model.graph.initializer[0]
+    first.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(first) + 1, first.name))
+    onnx.save(model, model_path)
+    with pytest.raises(InputError, match=r"stale: model\.onnx changed"):
+        load_build(app_path)
+
+
+def test_app_runtime_uses_a_current_build_and_falls_back_to_the_models(tiny: Path) -> None:
+    app = load_app(tiny)
+    frame = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    with app.runtime() as from_build, app.runtime(use_build=False) as in_memory:
+        assert all(str(build_dir(tiny)) in session._model_path for session in from_build._sessions.values())
+        for scenario in app.config.scenario_names:
+            from_build.switch(scenario)
+            in_memory.switch(scenario)
+            assert np.array_equal(from_build.infer(frame)["output"], in_memory.infer(frame)["output"])
+    _tampered_weights(build_dir(tiny))
+    with app.runtime() as fallback:
+        assert not any(str(build_dir(tiny)) in session._model_path for session in fallback._sessions.values())
+    with app.runtime(transition="naive") as other_options:  # the build is for sbrs-tp: compiled in memory
+        assert other_options.node.mode == "naive"
