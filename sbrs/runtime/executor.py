@@ -475,7 +475,7 @@ class Runtime:
             call()
             if step == 1 and request is not None and last > 1:
                 node.begin(request)  # after the new scenario's first step (ControlNode docstring)
-            if mode == "sbrs-tp" and step < last and lookahead is not None:
+            if mode == "sbrs-tp" and lookahead is not None and (step < last or self.transitions.shadow is not None):
                 pending = node.pending  # one read: another thread may replace or clear it at any time
                 if pending is not None and pending.scenario != scenario:
                     transition = self._start_transition(scenario, step, lookahead)
@@ -514,6 +514,8 @@ class Runtime:
 
         def helps(request: SwitchRequest) -> bool:
             table = self.transitions.table(old, request.scenario)
+            if step == table.old_steps:  # the old frame is computed but not copied out: the new one may go first
+                return not table.wait or max(table.wait) < step  # if no new step touches what the copy-out reads
             return not table.wait or max(table.wait[0], step) < table.old_steps
 
         pending = self.node.pending
