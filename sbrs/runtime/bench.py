@@ -98,11 +98,8 @@ def _child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
 
     The ``bare`` probe imports numpy and onnxruntime only (not sbrs): the baseline every figure is above.
     """
-    if mode == "bare":
-        code = "import json, numpy, onnxruntime; s = dict(l.split(':', 1) for l in open('/proc/self/status') " \
-               "if ':' in l); print(json.dumps({k: int(s[f].split()[0]) * 1024 for k, f in " \
-               "(('rss', 'VmRSS'), ('peak', 'VmHWM'))}))"
-        command = [sys.executable, "-c", code]
+    if mode in ("bare", "ort"):  # plain scripts: nothing of sbrs is imported in these probes
+        command = [sys.executable, "-c", _PLAIN_PROBE, mode, json.dumps({**argument, "warmup": WARMUP_FRAMES})]
     else:
         code = "import json, sys; from sbrs.runtime.bench import rss_child; print(json.dumps(rss_child(sys.argv[1], " \
                "json.loads(sys.argv[2]))))"
@@ -114,11 +111,29 @@ def _child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def rss_child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
-    """In a fresh interpreter: the app's build in sbrs (``sbrs``), or the given models as plain ORT sessions
-    (``ort``: every scenario, or only the active one); every loaded scenario runs warm-up frames first."""
-    import onnxruntime as ort
+_PLAIN_PROBE = """
+import gc, json, sys
+import numpy as np, onnxruntime as ort
+mode, argument = sys.argv[1], json.loads(sys.argv[2])
+if mode == "ort":
+    ort.set_global_thread_pool_sizes(int(argument["threads"]), 1)
+    options = ort.SessionOptions()
+    options.use_per_session_threads = False
+    options.log_severity_level = 3
+    sessions = [ort.InferenceSession(path, options, providers=argument["providers"]) for path in argument["models"]]
+    frame = np.zeros(argument["shape"], argument["dtype"])
+    for session in sessions:
+        for _ in range(argument["warmup"]):
+            session.run(None, {session.get_inputs()[0].name: frame})
+gc.collect()
+status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+print(json.dumps({"rss": int(status["VmRSS"].split()[0]) * 1024, "peak": int(status["VmHWM"].split()[0]) * 1024}))
+"""
 
+
+def rss_child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
+    """In a fresh interpreter: the app's build in sbrs (``sbrs``), every scenario warmed up; the ORT and bare
+    probes are plain scripts (``_PLAIN_PROBE``)."""
     if mode == "sbrs":
         from sbrs.build.artifact import load_build
         from sbrs.runtime.executor import Runtime
@@ -130,17 +145,6 @@ def rss_child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
             runtime.switch(scenario)
             for _ in range(WARMUP_FRAMES):
                 runtime.infer(frame)
-    elif mode == "ort":
-        ort.set_global_thread_pool_sizes(int(argument["threads"]), 1)
-        options = ort.SessionOptions()
-        options.use_per_session_threads = False
-        options.log_severity_level = 3
-        sessions = [ort.InferenceSession(path, options, providers=argument["providers"])
-                    for path in argument["models"]]
-        frame = np.zeros(argument["shape"], argument["dtype"])
-        for session in sessions:
-            for _ in range(WARMUP_FRAMES):
-                session.run(None, {session.get_inputs()[0].name: frame})
     else:
         raise ValueError(f"unknown memory probe {mode!r}")
     gc.collect()
