@@ -50,6 +50,18 @@ class App:
                     return Runtime(build=build, **options)
         return Runtime(self, **options)
 
+    def summary(self) -> dict[str, Any]:
+        """Per-scenario model figures (thesis Eq. 2.6, naive buffers) and the app's unique-parameter total."""
+        return {
+            "app": self.config.name,
+            "params_bytes": params_bytes(self.models.values()),
+            "scenarios": {
+                name: {"layers": len(model.compute_layers), "edges": len(model.edges),
+                       **memory_figures(model).__dict__}
+                for name, model in self.models.items()
+            },
+        }
+
 
 def _same_config(built: AppConfig, loaded: AppConfig) -> bool:
     """Equal configurations up to where files lie (paths are compared by name: the build's fingerprint
@@ -68,18 +80,6 @@ def _build_fits(build: Any, options: dict[str, Any]) -> bool:
     mode = options.get("transition") or build.config.runtime.transition
     arena = options.get("transition_arena") or ("shadow" if mode == "sbrs-tp" else "shared")
     return bool(build.matches(options.get("granularity"), mode, arena))
-
-    def summary(self) -> dict[str, Any]:
-        """Per-scenario model figures (thesis Eq. 2.6, naive buffers) and the app's unique-parameter total."""
-        return {
-            "app": self.config.name,
-            "params_bytes": params_bytes(self.models.values()),
-            "scenarios": {
-                name: {"layers": len(model.compute_layers), "edges": len(model.edges),
-                       **memory_figures(model).__dict__}
-                for name, model in self.models.items()
-            },
-        }
 
 
 def _import_scenario(config: AppConfig, scenario: ScenarioConfig) -> CnnModel:
