@@ -50,7 +50,6 @@ class App:
                     return Runtime(build=build, **options)
         return Runtime(self, **options)
 
-
     def summary(self) -> dict[str, Any]:
         """Per-scenario model figures (thesis Eq. 2.6, naive buffers) and the app's unique-parameter total."""
         return {
