@@ -62,7 +62,7 @@ REQUEST_RESULTS: tuple[str, ...] = ("accepted", "replaced", "rejected")
 REQUEST_OPS: tuple[str, ...] = ("switch", "env", "status", "other")
 REJECT_REASONS: tuple[str, ...] = (
     "unknown_scenario", "bad_field", "bad_json", "bad_encoding", "not_object", "missing_field", "unknown_op",
-    "unknown_key", "too_long", "too_many_clients", "switch_failed", "internal", "other",
+    "unknown_key", "too_long", "too_many_clients", "idle_timeout", "switch_failed", "internal", "other",
 )
 """Values of the ``reason`` label of rejected requests: the control protocol's error codes, plus ``other``."""
 NO_REASON = "none"

@@ -452,9 +452,12 @@ class Runtime:
         """Run frame ``index``, or hand it and the next frame to an SBRS-TP transition. The caller holds the lock.
 
         A request pending at the frame boundary sends this frame to the new scenario (nothing is in flight).
-        In SBRS-TP mode the pending request is checked after every old step j < |φ^o| (Algorithm 7, line 2: the
-        step the SSR arrived in finishes first); when some new step may start before the old frame ends and
-        the next frame is at hand, a ``_Transition`` takes over the rest of this frame and the next one.
+        In SBRS-TP mode the pending request is checked after every old step j (Algorithm 7, line 2: the step the
+        SSR arrived in finishes first); when some new step may start before the old frame ends and the next
+        frame is at hand, a ``_Transition`` takes over the rest of this frame and the next one. With the shadow
+        arena that includes j = |φ^o|: the old frame is computed but not yet copied out, and when no new step
+        touches what that copy-out reads, the new frame runs first (measured: pamap2 and tiny, one step per
+        frame, caller-visible Δ 1.07-1.17x plain ONNX Runtime before, 0.97-0.99 and 0.99-1.16 after).
         """
         if self._closed:
             raise SbrsRuntimeError("the runtime is closed")
