@@ -128,7 +128,6 @@ class ControlNode:
         self.scenario = initial  # the scenario of the frame last started (plain attribute, loop thread writes)
         self.pending: SwitchRequest | None = None  # the latest request not acted on yet
         self._executing: list[SwitchRequest] = []  # requests whose switches are under way (at most two)
-        self._begun: set[int] = set()  # ids of executing requests whose ``begin`` ran
         self.progress: tuple[int, int] = (0, 0)  # (old steps, new steps) done in the current transition
         self.records: deque[SwitchRecord] = deque(maxlen=history)
         self.switches = 0
@@ -226,12 +225,12 @@ class ControlNode:
             return request
 
     def begin(self, request: SwitchRequest) -> None:
-        """The new frame of ``request``'s switch has started: state ``switching``. Idempotent; loop thread."""
-        if request.id in self._begun:
+        """The new frame of ``request``'s switch has started: state ``switching`` (already so when another
+        switch is under way, or when ``begin`` ran for it before). Loop thread."""
+        if self._fsm.state != "running":
             return
         with self._lock:
-            self._begun.add(request.id)
-            if self._fsm.state == "running":
+            if self._fsm.state == "running" and request in self._executing:
                 self._fsm.trigger("begin")
 
     def step_done(self, old_steps: int, new_steps: int) -> None:
@@ -260,7 +259,6 @@ class ControlNode:
         delay = record.response_delay_s
         self.begin(request)
         with self._lock:
-            self._begun.discard(request.id)
             if request in self._executing:
                 self._executing.remove(request)
             self.records.append(record)

@@ -427,24 +427,6 @@ class Runtime:
             with self._lock:
                 self._settle()
 
-    def measure_switch(self, old: str, new: str, frames: tuple[Frame, Frame], *, ssr_step: int = 1,
-                       mode: str | None = None) -> SwitchRecord:
-        """The runtime's own record of one switch old → new with the SSR arriving as old step ``ssr_step``
-        starts (tests; ``sbrs bench --switching`` measures from the caller's side instead).
-
-        Runs ``frames[0]`` on ``old`` (after one frame to settle on it) and ``frames[1]``, which the switch
-        sends to ``new``, through the same code as ``process``; returns the switch's record.
-        """
-        if old == new or old not in self.plan.sequences or new not in self.plan.sequences:
-            raise InputError(f"measure_switch: need two different scenarios, got '{old}' and '{new}'")
-        self.switch(old, "bench")
-        self.infer(frames[0])
-        results = list(self._process(frames, order="stream", inject=(ssr_step, new), mode=mode))
-        record = results[1].switch
-        if record is None or results[0].scenario != old or results[1].scenario != new:
-            raise SbrsRuntimeError(f"measure_switch {old}->{new}: the switch did not happen as planned")
-        return record
-
     # -- the engine -------------------------------------------------------------------------------------
 
     def _execute(self, arrays: Mapping[str, np.ndarray], index: int, lookahead: _Lookahead | None, *, mode: str,
@@ -454,10 +436,11 @@ class Runtime:
         A request pending at the frame boundary sends this frame to the new scenario (nothing is in flight).
         In SBRS-TP mode the pending request is checked after every old step j (Algorithm 7, line 2: the step the
         SSR arrived in finishes first); when some new step may start before the old frame ends and the next
-        frame is at hand, a ``_Transition`` takes over the rest of this frame and the next one. With the shadow
-        arena that includes j = |φ^o|: the old frame is computed but not yet copied out, and when no new step
-        touches what that copy-out reads, the new frame runs first (measured: pamap2 and tiny, one step per
-        frame, caller-visible Δ 1.07-1.17x plain ONNX Runtime before, 0.97-0.99 and 0.99-1.16 after).
+        frame is at hand, a ``_Transition`` takes over the rest of this frame and the next one. That includes
+        j = |φ^o|: the old frame is computed but not yet copied out, and when no new step touches what that
+        copy-out reads (in practice: the shadow arena), the new frame runs first (measured: pamap2 and tiny,
+        one step per frame, caller-visible Δ 1.07-1.17x plain ONNX Runtime before, 0.97-0.99 and 0.99-1.16
+        after).
         """
         if self._closed:
             raise SbrsRuntimeError("the runtime is closed")
@@ -478,7 +461,7 @@ class Runtime:
             call()
             if step == 1 and request is not None and last > 1:
                 node.begin(request)  # after the new scenario's first step (ControlNode docstring)
-            if mode == "sbrs-tp" and lookahead is not None and (step < last or self.transitions.shadow is not None):
+            if mode == "sbrs-tp" and lookahead is not None:
                 pending = node.pending  # one read: another thread may replace or clear it at any time
                 if pending is not None and pending.scenario != scenario:
                     transition = self._start_transition(scenario, step, lookahead)

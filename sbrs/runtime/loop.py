@@ -226,19 +226,6 @@ def json_lines_writer(stream: IO[str]) -> Callable[[FrameRecord], None]:
     return write
 
 
-def scenario_memory_mb(app: Any, runtime: Runtime) -> dict[str, float]:
-    """Per scenario: its unique parameter bytes plus the peak of its boundary tensors in the arena, in MB."""
-    from sbrs.memory.bounds import peak_by_timeline
-    from sbrs.model import params_bytes
-    from sbrs.runtime.arena import arena_problem
-    from sbrs.runtime.units import UnitLayout
-
-    plan = runtime.plan
-    layout = UnitLayout(plan.units, plan.sequences, plan.inputs, plan.outputs, {t.id: t.spec for t in plan.tensors})
-    peaks = peak_by_timeline(arena_problem(layout, plan.alignment))
-    return {name: (params_bytes([model]) + peaks.get(name, 0)) / 1e6 for name, model in app.models.items()}
-
-
 def run_app(app_path: str, *, frames: int | None, source: str | None, output: str | None, seed: int,
             granularity: str | None = None, transition: str | None = None, socket_path: str | None = None,
             listen: str | None = None, no_socket: bool = False, order: str = "completion",
