@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,8 @@ def content_key(*parts: Any) -> str:
 def write_atomic(path: Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` all at once (a temporary file renamed); an ``InputError`` naming the path
     when it cannot be written (a folder in the way, no permission, a full disk)."""
+    import tempfile  # only when a file is written: not on the run path of a build
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -14,14 +14,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sbrs.app.yaml_lines import LocatedYaml, Path_, format_path, load_yaml, parse_path
 from sbrs.cache import cached_file, content_key
 from sbrs.errors import InputError
 
-if TYPE_CHECKING:  # pydantic is needed to validate a file, not to run a compiled build (sbrs.build.artifact)
+if TYPE_CHECKING:  # YAML and pydantic read and validate a file; a compiled build (sbrs.build.artifact) needs neither
     from pydantic import BaseModel
 
     from sbrs.app.schema import AppEntry, MetricsEntry, PolicyEntry, Requirements, ScenarioEntry
+    from sbrs.app.yaml_lines import LocatedYaml, Path_
 
 
 @dataclass(frozen=True)
@@ -223,6 +223,7 @@ def _as_mapping(doc: LocatedYaml, data: Any, path: Path_, what: str) -> dict[str
 
 
 def _compile_layers(entry: ScenarioEntry, app: AppEntry, doc: LocatedYaml, path: Path_) -> Path:
+    from sbrs.app.yaml_lines import parse_path
     from sbrs.zoo.dsl import compile_layers
 
     input_shape = tuple(app.input.shape)
@@ -275,6 +276,7 @@ def _resolve_scenario(entry: ScenarioEntry, app: AppEntry, doc: LocatedYaml, pat
 
 def _scenario_entry(raw: Any, app_doc: LocatedYaml, index: int) -> tuple[ScenarioEntry, LocatedYaml, Path_]:
     from sbrs.app.schema import ScenarioEntry, ScenarioFileRef
+    from sbrs.app.yaml_lines import load_yaml
 
     path: Path_ = ("scenarios", index)
     mapping = _as_mapping(app_doc, raw, path, "a scenario, or {file: scenario.yaml}")
@@ -329,6 +331,7 @@ def _resolve_metrics(entry: MetricsEntry, doc: LocatedYaml) -> MetricsConfig:
 def load_app_config(path: str | Path) -> AppConfig:
     """Read and validate an app YAML and its scenario files; resolve every scenario's ONNX file."""
     from sbrs.app.schema import AppEntry
+    from sbrs.app.yaml_lines import format_path, load_yaml
 
     doc = load_yaml(path)
     _as_mapping(doc, doc.data, (), "the app")

@@ -93,8 +93,8 @@ def compile_app(app: App, folder: Path | None = None) -> dict[str, Any]:
     from sbrs.moc import derive_moc
     from sbrs.model import naive_buffer_bytes, params_bytes
     from sbrs.runtime.executor import build_unit_plan
+    from sbrs.runtime.layout import unit_model
     from sbrs.runtime.transition import build_transition_plan, plan_shadow
-    from sbrs.runtime.units import unit_model
 
     folder = folder or build_dir(app.config.path)
     mode = app.config.runtime.transition

@@ -5,26 +5,31 @@
     >>> assert_round_trip(moc, {"accurate": cnn_a, "eco": cnn_b})                        # doctest: +SKIP
 """
 
-from sbrs.moc.derive import derive_moc
-from sbrs.moc.model import (
-    ADAPTIVE_ATTRIBUTES,
-    ControlEdge,
-    ControlParam,
-    Moc,
-    Step,
-    SuperEdge,
-    SuperLayer,
-)
-from sbrs.moc.rebuild import (
-    assert_round_trip,
-    check_capture,
-    check_control,
-    model_differences,
-    rebuild_scenario,
-    resolved_value,
-    round_trip_differences,
-)
-from sbrs.moc.report import capture_table, format_capture_table, format_step, moc_summary
+from typing import TYPE_CHECKING
+
+from sbrs._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from sbrs.moc.derive import derive_moc
+    from sbrs.moc.model import (
+        ADAPTIVE_ATTRIBUTES,
+        ControlEdge,
+        ControlParam,
+        Moc,
+        Step,
+        SuperEdge,
+        SuperLayer,
+    )
+    from sbrs.moc.rebuild import (
+        assert_round_trip,
+        check_capture,
+        check_control,
+        model_differences,
+        rebuild_scenario,
+        resolved_value,
+        round_trip_differences,
+    )
+    from sbrs.moc.report import capture_table, format_capture_table, format_step, moc_summary
 
 __all__ = [
     "ADAPTIVE_ATTRIBUTES",
@@ -47,3 +52,25 @@ __all__ = [
     "resolved_value",
     "round_trip_differences",
 ]
+
+__getattr__, __dir__ = lazy_exports(globals(), {
+    "derive_moc": "sbrs.moc.derive",
+    "ADAPTIVE_ATTRIBUTES": "sbrs.moc.model",
+    "ControlEdge": "sbrs.moc.model",
+    "ControlParam": "sbrs.moc.model",
+    "Moc": "sbrs.moc.model",
+    "Step": "sbrs.moc.model",
+    "SuperEdge": "sbrs.moc.model",
+    "SuperLayer": "sbrs.moc.model",
+    "assert_round_trip": "sbrs.moc.rebuild",
+    "check_capture": "sbrs.moc.rebuild",
+    "check_control": "sbrs.moc.rebuild",
+    "model_differences": "sbrs.moc.rebuild",
+    "rebuild_scenario": "sbrs.moc.rebuild",
+    "resolved_value": "sbrs.moc.rebuild",
+    "round_trip_differences": "sbrs.moc.rebuild",
+    "capture_table": "sbrs.moc.report",
+    "format_capture_table": "sbrs.moc.report",
+    "format_step": "sbrs.moc.report",
+    "moc_summary": "sbrs.moc.report",
+})

@@ -50,7 +50,6 @@ from typing import Any
 from transitions import Machine
 
 from sbrs.control.events import Observers
-from sbrs.server.protocol import RequestStats
 
 STATES: tuple[str, ...] = ("loading", "running", "switching", "stopping", "stopped")
 
@@ -304,27 +303,3 @@ class ControlNode:
                 "last_switch": last,
                 "mean_response_delay_s": round(self._delay_total / self.switches, 6) if self.switches else None,
             }
-
-
-class ObservedRequestStats(RequestStats):
-    """The server's request counter that also reports each reply to observers (``request_handled``).
-
-    Every reply counts once: rejected requests as ``rejected:<code>``, ``env`` and ``status`` as ``accepted``
-    (an accepted ``env`` also reports ``environment_changed``), a ``switch`` that changed nothing
-    (``"switched": false``) as ``accepted``. A ``switch`` that issued an SSR is reported by the control node
-    when the SSR is acted on (``accepted``) or replaced before that (``replaced``).
-    """
-
-    def __init__(self, observers: Observers) -> None:
-        super().__init__()
-        self._observers = observers
-
-    def count(self, reply: Mapping[str, Any]) -> None:
-        super().count(reply)
-        op = str(reply.get("op", "unknown"))
-        if not reply.get("ok"):
-            self._observers.request_handled(op, f"rejected:{reply.get('code')}")
-        elif op != "switch" or not reply.get("switched"):
-            self._observers.request_handled(op, "accepted")
-            if op == "env" and isinstance(reply.get("environment"), Mapping):
-                self._observers.environment_changed(dict(reply["environment"]))

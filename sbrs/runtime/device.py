@@ -18,10 +18,8 @@ the CPU-only machines this project's CI runs on: it is kept small and is unteste
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
-import tempfile
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -68,6 +66,8 @@ def create_session(model: onnx.ModelProto | str, providers: tuple[str, ...]) -> 
     """
     if isinstance(model, str):
         return ort.InferenceSession(model, session_options(), providers=list(providers))
+    import tempfile
+
     import onnx
 
     with tempfile.TemporaryDirectory(prefix="sbrs-unit-") as folder:
@@ -134,11 +134,8 @@ def release_free_memory() -> bool:
     """
     if not sys.platform.startswith("linux"):
         return False
-    library = ctypes.util.find_library("c")
-    if library is None:
-        return False
-    try:
-        trim = ctypes.CDLL(library).malloc_trim
+    try:  # the process's own symbols, libc's among them (ctypes.util.find_library would run ldconfig)
+        trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return False
     trim(0)

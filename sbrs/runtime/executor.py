@@ -93,12 +93,12 @@ def build_unit_plan(app: App, granularity: str | None = None, moc: Moc | None = 
     """The ``UnitPlan`` of ``app`` (units, sequences, arena offsets), checked, without loading anything.
 
     Under SBRS-TP (``transition``, default the app's) units of an app with several scenarios are also cut at up
-    to ``runtime.switch_steps`` switch points per frame (``sbrs.runtime.units``): the old step in flight is what
+    to ``runtime.switch_steps`` switch points per frame (``sbrs.runtime.layout``): the old step in flight is what
     a switch waits for.
     """
     from sbrs.moc import derive_moc
     from sbrs.runtime.arena import plan_layout
-    from sbrs.runtime.units import layout_units
+    from sbrs.runtime.layout import layout_units
 
     moc = moc or derive_moc(app.models, app.config.adaptive)
     options = app.config.runtime
@@ -189,7 +189,7 @@ class Runtime:
             if build is not None:  # ONNX Runtime reads the unit file and the shared weights file itself
                 self._sessions[unit.id] = create_session(build.unit_path(unit.id), self.providers)
             else:
-                from sbrs.runtime.units import unit_model
+                from sbrs.runtime.layout import unit_model
 
                 assert app is not None
                 self._sessions[unit.id] = create_session(unit_model(app.models, moc, unit, specs, app.name),

@@ -235,10 +235,8 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
     from sbrs.build.artifact import open_runtime
     from sbrs.control.controller import PolicyController
     from sbrs.errors import InputError
-    from sbrs.runtime.control_node import ObservedRequestStats
     from sbrs.runtime.device import release_free_memory
     from sbrs.runtime.frames import open_frames
-    from sbrs.server import Server
 
     if frames is not None and frames < 0:
         raise InputError(f"{frames}: expected a number >= 0", field="--frames")
@@ -261,8 +259,13 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
         release_free_memory()
         controller = PolicyController(config, runtime.switch, current=runtime.scenario, switch_source=True)
         measurements = Measurements(controller, memory)
-        server = None if no_socket else Server(controller, socket_path, listen=listen, app_name=config.name,
-                                               stats=ObservedRequestStats(fan_out))
+        server = None
+        if not no_socket:  # asyncio only when a socket is served
+            from sbrs.server import Server
+            from sbrs.server.protocol import ObservedRequestStats
+
+            server = Server(controller, socket_path, listen=listen, app_name=config.name,
+                            stats=ObservedRequestStats(fan_out))
         try:
             stream = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
         except OSError as exc:

@@ -53,12 +53,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sbrs.errors import SbrsRuntimeError
-from sbrs.memory import Block, Live, Problem, check_plan, lower_bound, plan_arena
-from sbrs.runtime.arena import arena_problem
 from sbrs.runtime.units import BoundaryTensor, UnitLayout, UnitPlan
+
+if TYPE_CHECKING:  # planning (sbrs.memory) happens when an app is compiled, not when a build is run
+    from sbrs.memory import Live
 
 TRANSITION_MODES: tuple[str, ...] = ("sbrs-tp", "naive")
 
@@ -313,6 +314,9 @@ def plan_shadow(plan: UnitPlan) -> tuple[UnitPlan, dict[str, int]]:
     Returns the plan with the new offsets and arena size, and the shadow offsets. Cost: measured by
     ``sbrs bench --switching`` (about the sum of two scenarios' peaks instead of the largest one).
     """
+    from sbrs.memory import Block, Live, Problem, check_plan, lower_bound, plan_arena
+    from sbrs.runtime.arena import arena_problem
+
     layout = UnitLayout(plan.units, plan.sequences, plan.inputs, plan.outputs, {t.id: t.spec for t in plan.tensors})
     base = arena_problem(layout, plan.alignment)
     accesses = {s: step_accesses(plan, s) for s in plan.scenarios}

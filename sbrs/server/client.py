@@ -21,7 +21,6 @@ from types import TracebackType
 from typing import Any
 
 from sbrs.errors import InputError, SbrsRuntimeError
-from sbrs.server.server import default_socket_dir, default_socket_path, parse_host_port
 
 Target = str | os.PathLike[str] | tuple[str, int]
 """A Unix socket path, or a (host, port) TCP address."""
@@ -130,6 +129,8 @@ def send_request(target: Target, request: Mapping[str, Any], timeout: float = DE
 
 def resolve_target(args: argparse.Namespace) -> Target:
     """The server the CLI options name (module docstring)."""
+    from sbrs.server.server import default_socket_dir, default_socket_path, parse_host_port  # asyncio: not at parse
+
     if getattr(args, "connect", None):
         return parse_host_port(args.connect, "--connect")
     if getattr(args, "socket", None):

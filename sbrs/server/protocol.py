@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sbrs.control.controller import Controller, RequestError
+from sbrs.control.events import Observers
 from sbrs.control.policy import ENVIRONMENT_FIELDS, check_environment_value
 from sbrs.errors import InputError
 
@@ -69,6 +70,30 @@ class RequestStats:
         with self._lock:
             return {"accepted": dict(self._accepted), "rejected": dict(self._rejected),
                     "accepted_total": sum(self._accepted.values()), "rejected_total": sum(self._rejected.values())}
+
+
+class ObservedRequestStats(RequestStats):
+    """The server's request counter that also reports each reply to observers (``request_handled``).
+
+    Every reply counts once: rejected requests as ``rejected:<code>``, ``env`` and ``status`` as ``accepted``
+    (an accepted ``env`` also reports ``environment_changed``), a ``switch`` that changed nothing
+    (``"switched": false``) as ``accepted``. A ``switch`` that issued an SSR is reported by the control node
+    when the SSR is acted on (``accepted``) or replaced before that (``replaced``).
+    """
+
+    def __init__(self, observers: Observers) -> None:
+        super().__init__()
+        self._observers = observers
+
+    def count(self, reply: Mapping[str, Any]) -> None:
+        super().count(reply)
+        op = str(reply.get("op", "unknown"))
+        if not reply.get("ok"):
+            self._observers.request_handled(op, f"rejected:{reply.get('code')}")
+        elif op != "switch" or not reply.get("switched"):
+            self._observers.request_handled(op, "accepted")
+            if op == "env" and isinstance(reply.get("environment"), Mapping):
+                self._observers.environment_changed(dict(reply["environment"]))
 
 
 class LineSplitter:

@@ -13,10 +13,11 @@ import pytest
 from sbrs.app import App
 from sbrs.control.controller import PolicyController
 from sbrs.control.events import Observers
-from sbrs.runtime.control_node import ControlNode, ObservedRequestStats
+from sbrs.runtime.control_node import ControlNode
 from sbrs.runtime.loop import run_frames
 from sbrs.server import Server
 from sbrs.server.client import Connection
+from sbrs.server.protocol import ObservedRequestStats
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 
 

@@ -14,7 +14,8 @@ from sbrs.moc import derive_moc
 from sbrs.model import layer_work
 from sbrs.runtime import UnitPlan, build_unit_plan
 from sbrs.runtime.arena import arena_problem
-from sbrs.runtime.units import MIN_SWITCH_STEP_WORK, layout_units
+from sbrs.runtime.layout import layout_units
+from sbrs.runtime.units import MIN_SWITCH_STEP_WORK
 
 from .conftest import References, assert_equivalent, random_frame
 
