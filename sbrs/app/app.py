@@ -83,9 +83,11 @@ def _build_fits(build: Any, options: dict[str, Any]) -> bool:
 
 
 def _import_scenario(config: AppConfig, scenario: ScenarioConfig) -> CnnModel:
-    from sbrs.model.onnx_import import import_model, load_onnx
+    from sbrs.model.onnx_file import read_onnx
+    from sbrs.model.onnx_import import import_model
 
-    onnx_model = load_onnx(scenario.model_path)
+    loaded = read_onnx(scenario.model_path)
+    onnx_model = loaded.model
     initializers = {init.name for init in onnx_model.graph.initializer}
     data_inputs = [value for value in onnx_model.graph.input if value.name not in initializers]
     where = f"{scenario.defined_in}: scenario '{scenario.name}'"
@@ -93,10 +95,10 @@ def _import_scenario(config: AppConfig, scenario: ScenarioConfig) -> CnnModel:
         raise InputError(f"{where}: the model has {len(data_inputs)} data inputs; an app has exactly one"
                          f" ({scenario.model_path})")
     model_input = data_inputs[0].name
-    try:  # the model read above is imported in place: each file is read once, its weights held once
+    try:  # the model read above is imported in place: each file is read once, its weights mapped
         model = import_model(onnx_model, source=scenario.model_path, name=scenario.name,
                              input_shapes={model_input: config.input.shape}, copy=False,
-                             threads=config.runtime.threads)
+                             threads=config.runtime.threads, arrays=loaded.arrays)
     except InputError as exc:
         raise InputError(f"scenario '{scenario.name}': {exc.detail}", file=exc.file, line=exc.line,
                          field=exc.field) from None

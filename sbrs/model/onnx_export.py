@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,14 +35,19 @@ def _value_info(name: str, spec: TensorSpec) -> onnx.ValueInfoProto:
 
 def build_graph_model(layers: Sequence[Layer], inputs: Iterable[tuple[str, TensorSpec]],
                       outputs: Iterable[tuple[str, TensorSpec]], weights: WeightStore,
-                      opset_imports: dict[str, int], name: str = "sbrs") -> onnx.ModelProto:
-    """An ONNX model running ``layers`` (compute layers, topological order) from ``inputs`` to ``outputs``."""
+                      opset_imports: dict[str, int], name: str = "sbrs",
+                      initializer: Callable[[np.ndarray, str], onnx.TensorProto] = numpy_helper.from_array,
+                      ) -> onnx.ModelProto:
+    """An ONNX model running ``layers`` (compute layers, topological order) from ``inputs`` to ``outputs``.
+
+    ``initializer`` makes each parameter's tensor from its array and name (default: the bytes inside the
+    model; ``sbrs build`` writes them to its weights file instead)."""
     nodes = [make_node(layer) for layer in layers]
     initializers: dict[str, onnx.TensorProto] = {}
     for layer in layers:
         for param in layer.params:
             if param.name not in initializers:
-                initializers[param.name] = numpy_helper.from_array(weights[param.digest], param.name)
+                initializers[param.name] = initializer(weights[param.digest], param.name)
     graph = helper.make_graph(
         nodes, name,
         [_value_info(n, s) for n, s in inputs],

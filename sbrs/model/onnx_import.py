@@ -1,14 +1,17 @@
 """ONNX import into the CNN model of thesis Section 2.1 (``CnnModel``).
 
-Pass order: load → refuse unsupported ops → fold ``Constant`` nodes → fix the input shape the app declares →
-ONNX shape inference (strict) → layers (Table 2.1 attributes derived per op) and edges (one per producer,
-consumer and tensor). Every failure is an ``InputError`` naming the file and, where one is at fault, the node.
+Pass order: read (weights mapped, ``sbrs.model.onnx_file``) → fix the input shape the app declares → refuse
+ops of foreign domains → canonical form where needed (``sbrs.model.canonical``) → refuse unsupported ops →
+fold ``Constant`` nodes → ONNX shape inference (strict) → layers (Table 2.1 attributes derived per op) and
+edges (one per producer, consumer and tensor). Every failure is an ``InputError`` naming the file and, where
+one is at fault, the node. A file's weights are held once, as views of the mapped file (or of the canonical
+form's weight file), until the ``CnnModel`` owns them.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,7 @@ from sbrs.model.cnn import (
     TensorSpec,
     WeightStore,
 )
+from sbrs.model.onnx_file import is_placeholder, read_onnx
 
 _ONNX_DOMAINS = ("", "ai.onnx")
 
@@ -52,27 +56,31 @@ def load_onnx(path: str | Path) -> onnx.ModelProto:
 def import_onnx(path: str | Path, *, name: str | None = None,
                 input_shapes: dict[str, Sequence[int]] | None = None) -> CnnModel:
     """Import an ONNX file. ``input_shapes`` fixes symbolic input dimensions (e.g. a dynamic batch)."""
-    # the model was read for this call alone: import it in place, no second copy of its weights
-    return import_model(load_onnx(path), source=str(path), name=name, input_shapes=input_shapes, copy=False)
+    loaded = read_onnx(path)
+    # the model was read for this call alone: import it in place
+    return import_model(loaded.model, source=str(path), name=name, input_shapes=input_shapes, copy=False,
+                        arrays=loaded.arrays)
 
 
 def import_model(model: onnx.ModelProto, *, source: str = "<memory>", name: str | None = None,
                  input_shapes: dict[str, Sequence[int]] | None = None, copy: bool = True,
-                 threads: int | None = None) -> CnnModel:
+                 threads: int | None = None, arrays: Mapping[str, np.ndarray] | None = None) -> CnnModel:
     """Import an in-memory ONNX model (``source`` names it in messages). ``copy=False`` lets the import change
     ``model`` (fold constants, fix shapes) instead of working on a copy of it and its weights. ``threads``:
-    the app's ``runtime.threads``, for the ONNX Runtime session the canonical form may need."""
+    the app's ``runtime.threads``, for the ONNX Runtime session the canonical form may need. ``arrays``: the
+    values of ``model``'s placeholder initializers (``sbrs.model.onnx_file.read_onnx``)."""
     if copy:
         model = _copy(model)
+    values = dict(arrays or {})
     _set_input_shapes(model, input_shapes or {}, source)
     _refuse_unsupported(model, source, foreign_only=True)  # ONNX Runtime could not even load those to fold
     if needs_canonical(model):
-        model = canonicalize(model, source, threads)
+        model, values = canonicalize(model, values, source, threads)
     _refuse_unsupported(model, source)
     _fold_constants(model)
     _check_topology(model, source)
     inferred = _infer_shapes(model, source)
-    return _build(inferred, source, name or Path(source).stem)
+    return _build(inferred, values, source, name or Path(source).stem)
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -193,7 +201,7 @@ def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     target.value_info.extend(graph.value_info)
     inputs = {value.name for value in graph.input}
     for tensor in graph.initializer:
-        if math.prod(tensor.dims) <= SHAPE_INFERENCE_KEEPS:
+        if math.prod(tensor.dims) <= SHAPE_INFERENCE_KEEPS and not is_placeholder(tensor):
             target.initializer.append(tensor)
         elif tensor.name not in inputs:
             target.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
@@ -302,12 +310,17 @@ def _table_2_1(node: onnx.NodeProto, attrs: dict[str, Any], in_shapes: list[tupl
     return derived
 
 
-def _build(model: onnx.ModelProto, source: str, name: str) -> CnnModel:
+def _build(model: onnx.ModelProto, values: Mapping[str, np.ndarray], source: str, name: str) -> CnnModel:
     graph = model.graph
     arrays: dict[str, np.ndarray] = {}
     for init in graph.initializer:
+        if is_placeholder(init):
+            if init.name not in values:
+                raise InputError(f"initializer '{init.name}' is external data that was not read", file=source)
+            arrays[init.name] = values[init.name]
+            continue
         arrays[init.name] = numpy_helper.to_array(init)
-        init.ClearField("raw_data")  # the array is a copy: free the file's bytes now, one tensor at a time
+        init.ClearField("raw_data")  # the array is a copy: free the parsed bytes now, one tensor at a time
     weights = WeightStore()
     refs = {key: ParamRef(key, tuple(int(d) for d in a.shape), a.dtype.name, weights.add(a))
             for key, a in arrays.items()}

@@ -97,7 +97,8 @@ def app_fingerprint(app: App) -> str:
              "memory_limit_mb": config.memory_limit_mb, "scenarios": list(config.scenario_names)}
     digest.update(json.dumps(basis, sort_keys=True).encode())
     for scenario in config.scenarios:
-        digest.update(hashlib.sha256(Path(scenario.model_path).read_bytes()).digest())
+        with open(scenario.model_path, "rb") as stream:  # streamed: a model file is never held whole
+            digest.update(hashlib.file_digest(stream, "sha256").digest())
     return digest.hexdigest()[:32]
 
 

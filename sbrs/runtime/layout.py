@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -56,6 +56,7 @@ from sbrs.plan.tensors import tensor_id
 from sbrs.runtime.units import GRANULARITIES, StepKey, Unit, UnitLayout
 
 if TYPE_CHECKING:
+    import numpy as np
     import onnx
 
 #: The control-parameter attributes in a step key: the weights (``I`` and ``O`` are wiring, see the docstring).
@@ -271,7 +272,8 @@ def _unit(unit_id: str, run: tuple[StepKey, ...], scenarios: tuple[str, ...],
 
 
 def unit_model(models: Mapping[str, CnnModel], moc: Moc, unit: Unit, tensor_specs: Mapping[str, TensorSpec],
-               app_name: str = "sbrs") -> onnx.ModelProto:
+               app_name: str = "sbrs", initializer: Callable[[np.ndarray, str], onnx.TensorProto] | None = None,
+               ) -> onnx.ModelProto:
     """The ONNX model of ``unit``, built from its source scenario's layers: data tensors produced inside the unit
     are named by supergraph tensor id, operands read from outside by the unit's input placeholders."""
     from sbrs.model.onnx_export import build_graph_model
@@ -300,4 +302,5 @@ def unit_model(models: Mapping[str, CnnModel], moc: Moc, unit: Unit, tensor_spec
         [(name, tensor_spec_of[name]) for name in unit.inputs],
         [(t, tensor_specs[t]) for t in unit.outputs],
         model.weights, model.opset_imports, f"{app_name}.{unit.id}",
+        **({"initializer": initializer} if initializer is not None else {}),
     )
