@@ -1,10 +1,15 @@
-"""Export torchvision CNNs with random weights through both of PyTorch's ONNX exporters (not run by CI).
+"""Export torchvision (and timm) CNNs with random weights through both of PyTorch's ONNX exporters (not run by
+CI).
 
-Needs torch and torchvision, which the project does not depend on: use a separate virtual environment, e.g.
+Needs torch and torchvision (timm for ``timm:`` models), which the project does not depend on: use a separate
+virtual environment, e.g.
 
-    python3 -m venv /tmp/torchenv && /tmp/torchenv/bin/pip install torch torchvision onnx onnxscript
+    python3 -m venv /tmp/torchenv && /tmp/torchenv/bin/pip install torch torchvision onnx onnxscript timm
     /tmp/torchenv/bin/python tools/export_torchvision.py OUT_DIR [--models resnet18,mobilenet_v2]
         [--resolution 224] [--exporters dynamo,legacy] [--opset 18] [--small]
+    /tmp/torchenv/bin/python tools/export_torchvision.py OUT_DIR --models timm:ghostnet_100,timm:convnext_atto
+
+A model named ``timm:NAME`` is ``timm.create_model(NAME, pretrained=False)``; its file is ``timm_NAME-...``.
 
 The files under tests/data/torchvision were made with
 ``--models mobilenet_v3_small,shufflenet_v2_x0_5 --resolution 64 --small``, and the second head on the same
@@ -30,9 +35,15 @@ TEST_MODELS = ("mobilenet_v3_small", "shufflenet_v2_x0_5")
 def export(name: str, exporter: str, resolution: int, out: Path, opset: int, small: bool = False,
            classes: int | None = None) -> Path:
     import torch
-    import torchvision
 
     torch.manual_seed(0)
+    if name.startswith("timm:"):
+        import timm
+
+        model = timm.create_model(name.removeprefix("timm:"), pretrained=False).eval()
+        return _export(model, name.replace(":", "_"), exporter, resolution, out, opset)
+    import torchvision
+
     options: dict[str, object] = {"aux_logits": False, "init_weights": True} if name == "googlenet" else {}
     if small:  # the files committed for CI: a few MB in all
         options["num_classes"] = 10
@@ -41,9 +52,15 @@ def export(name: str, exporter: str, resolution: int, out: Path, opset: int, sma
         if name.startswith("mobilenet_v3"):
             options.update(width_mult=0.5, reduced_tail=True)
     model = getattr(torchvision.models, name)(weights=None, **options).eval()
-    example = torch.randn(1, 3, resolution, resolution)
     head = "" if classes is None else f"-{classes}classes"
-    path = out / f"{name}{head}-{exporter}-{resolution}.onnx"
+    return _export(model, f"{name}{head}", exporter, resolution, out, opset)
+
+
+def _export(model: object, stem: str, exporter: str, resolution: int, out: Path, opset: int) -> Path:
+    import torch
+
+    example = torch.randn(1, 3, resolution, resolution)
+    path = out / f"{stem}-{exporter}-{resolution}.onnx"
     with torch.no_grad():
         if exporter == "dynamo":
             program = torch.onnx.export(model, (example,), dynamo=True, opset_version=opset, external_data=False)
