@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +37,6 @@ import numpy as np
 from sbrs.errors import InputError
 from sbrs.runtime.device import ArenaMemory, create_session
 from sbrs.runtime.executor import Runtime, runtime_options
-from sbrs.runtime.parts import ROWS, Buffer, Call, PartsPlan, ScenarioParts
 from sbrs.runtime.transition import PairTable, StepAccess, TransitionPlan
 
 if TYPE_CHECKING:
@@ -46,11 +45,15 @@ if TYPE_CHECKING:
     from sbrs.app.app import App
     from sbrs.app.config import AppConfig
     from sbrs.control.events import RunObserver
+    from sbrs.runtime.parts import PartsPlan, ScenarioParts
 
-__all__ = ["ReducedPlan", "ReducedRuntime", "call_file", "parts_accesses", "parts_transitions", "reduced_plan"]
+__all__ = ["BandCall", "LineBuffer", "ReducedPlan", "ReducedRuntime", "ScenarioCalls", "call_file",
+           "parts_accesses", "parts_transitions", "reduced_plan"]
 
 #: The granularity a reduced runtime reports (its steps are band calls, not execution units).
 GRANULARITY = "parts"
+#: Layout of a buffer a band call touches: ``[H, N, C, W]``, one row contiguous (``sbrs.runtime.parts``).
+ROWS = "rows"
 #: ``[H, N, C, W]`` rows layout ↔ NCHW (``sbrs.runtime.parts``, "Storage layout").
 TO_ROWS = (2, 0, 1, 3)
 TO_NCHW = (1, 2, 0, 3)
@@ -62,40 +65,102 @@ def call_file(key: str) -> str:
 
 
 # -- the plan ---------------------------------------------------------------------------------------------
+#
+# What runs is kept apart from how it was compiled (``sbrs.runtime.parts``): a run from a build imports
+# neither onnx nor the reduction search, and the build's format does not follow the compiler's internals.
 
 
-def _tuples(value: Any) -> Any:
-    """JSON lists back to the tuples of the frozen dataclasses."""
-    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+@dataclass(frozen=True)
+class LineBuffer:
+    """The arena slot of one tensor of one scenario: ``capacity`` rows of ``row_bytes`` at ``offset``
+    (``parts.Buffer``; ``layout`` ``rows`` or ``nchw``)."""
+
+    tensor: str
+    shape: tuple[int, ...]
+    dtype: str
+    layout: str
+    capacity: int
+    row_bytes: int
+    offset: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.capacity * self.row_bytes
 
 
-def _scenario_to_dict(parts: ScenarioParts) -> dict[str, Any]:
-    return {f.name: getattr(parts, f.name) if f.name not in ("calls", "buffers") else
-            [dataclasses.asdict(item) for item in getattr(parts, f.name)] for f in dataclasses.fields(parts)}
+@dataclass(frozen=True)
+class BandCall:
+    """One ``run_with_iobinding`` of the session ``key`` (``parts.Call``): ``inputs``/``outputs`` are
+    ``(tensor, lo, hi, slot)`` (rows ``[lo, hi)`` bound at buffer slot ``slot``), ``moves`` the line-buffer
+    compactions before it, ``(tensor, src_slot, dst_slot, rows)``."""
+
+    key: str
+    inputs: tuple[tuple[str, int, int, int], ...]
+    outputs: tuple[tuple[str, int, int, int], ...]
+    moves: tuple[tuple[str, int, int, int], ...]
+    band: bool
 
 
-def _scenario_from_dict(data: Mapping[str, Any]) -> ScenarioParts:
-    values = {key: _tuples(value) for key, value in data.items() if key not in ("calls", "buffers", "band_rows")}
-    return ScenarioParts(**values, band_rows={str(k): int(v) for k, v in data["band_rows"].items()},
-                         calls=tuple(Call(**{k: _tuples(v) for k, v in c.items()}) for c in data["calls"]),
-                         buffers=tuple(Buffer(**{k: _tuples(v) for k, v in b.items()}) for b in data["buffers"]))
+@dataclass(frozen=True)
+class ScenarioCalls:
+    """One scenario by parts: its calls in order, its buffers, its frame input and outputs, its band heights."""
+
+    scenario: str
+    input: str
+    outputs: tuple[str, ...]
+    calls: tuple[BandCall, ...]
+    buffers: tuple[LineBuffer, ...]
+    band_rows: Mapping[str, int]
+
+    @classmethod
+    def of(cls, parts: ScenarioParts) -> ScenarioCalls:
+        return cls(parts.scenario, parts.input, tuple(parts.outputs),
+                   tuple(BandCall(c.key, tuple(c.inputs), tuple(c.outputs), tuple(c.moves), c.banded)
+                         for c in parts.calls),
+                   tuple(LineBuffer(b.tensor, tuple(b.shape), b.dtype, b.layout, b.capacity, b.row_bytes, b.offset)
+                         for b in parts.buffers), dict(parts.band_rows))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scenario": self.scenario, "input": self.input, "outputs": list(self.outputs),
+                "band_rows": dict(self.band_rows),
+                "calls": [[c.key, [list(i) for i in c.inputs], [list(o) for o in c.outputs],
+                           [list(m) for m in c.moves], c.band] for c in self.calls],
+                "buffers": [[b.tensor, list(b.shape), b.dtype, b.layout, b.capacity, b.row_bytes, b.offset]
+                            for b in self.buffers]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ScenarioCalls:
+        def rows(items: Sequence[Sequence[Any]]) -> tuple[tuple[str, int, int, int], ...]:
+            return tuple((str(t), int(a), int(b), int(c)) for t, a, b, c in items)
+
+        return cls(str(data["scenario"]), str(data["input"]), tuple(map(str, data["outputs"])),
+                   tuple(BandCall(str(key), rows(ins), rows(outs), rows(moves), bool(band))
+                         for key, ins, outs, moves, band in data["calls"]),
+                   tuple(LineBuffer(str(t), tuple(map(int, shape)), str(dtype), str(layout), int(cap), int(row),
+                                    int(offset)) for t, shape, dtype, layout, cap, row, offset in data["buffers"]),
+                   {str(k): int(v) for k, v in data["band_rows"].items()})
 
 
 @dataclass(frozen=True)
 class ReducedPlan:
     """What an app with a buffer reduction runs, JSON-able (kept in the build manifest).
 
-    ``parts``: band calls and line buffers of every scenario in one arena; ``transitions``: the tables of
-    every ordered pair (``parts_transitions``); ``reduction``: where the band heights came from (the memory
-    limit, ``band_rows`` and the search's planned figures); ``model_bytes``: the models' parameter and naive
-    buffer bytes (thesis Eq. 2.6-2.7), kept because the models are not.
+    ``scenarios``: band calls and line buffers of every scenario, in one arena of ``arena_bytes``
+    (``lower_bound_bytes``: the most bytes live at once); ``transitions``: the tables of every ordered pair
+    (``parts_transitions``); ``reduction``: where the band heights came from (the memory limit, the search's
+    planned figures, the chosen point); ``model_bytes``: the models' parameter and naive buffer bytes (thesis
+    Eq. 2.6-2.7), kept because the models are not. ``source``: the compiler's plan, in memory only.
     """
 
     app: str
-    parts: PartsPlan
+    scenarios: Mapping[str, ScenarioCalls]
+    arena_bytes: int
+    lower_bound_bytes: int
+    alignment: int
     transitions: TransitionPlan
     reduction: Mapping[str, Any]
     model_bytes: Mapping[str, int]
+    source: PartsPlan | None = field(default=None, compare=False, repr=False)
 
     @property
     def memory_limit_bytes(self) -> int | None:
@@ -105,28 +170,23 @@ class ReducedPlan:
     @property
     def call_keys(self) -> tuple[str, ...]:
         """Every distinct call model (one session each), in order of first use."""
-        return tuple(dict.fromkeys(c.key for p in self.parts.scenarios.values() for c in p.calls))
+        return tuple(dict.fromkeys(c.key for p in self.scenarios.values() for c in p.calls))
 
     def to_dict(self) -> dict[str, Any]:
-        parts = self.parts
-        return {"app": self.app,
-                "parts": {"arena_bytes": parts.arena_bytes, "lower_bound_bytes": parts.lower_bound_bytes,
-                          "alignment": parts.alignment, "strategy": parts.strategy,
-                          "scenarios": {s: _scenario_to_dict(p) for s, p in parts.scenarios.items()}},
+        return {"app": self.app, "arena_bytes": self.arena_bytes, "lower_bound_bytes": self.lower_bound_bytes,
+                "alignment": self.alignment, "scenarios": {s: p.to_dict() for s, p in self.scenarios.items()},
                 "transitions": self.transitions.to_dict(), "reduction": dict(self.reduction),
                 "model_bytes": dict(self.model_bytes)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ReducedPlan:
-        parts = data["parts"]
-        plan = PartsPlan({str(s): _scenario_from_dict(p) for s, p in parts["scenarios"].items()},
-                         int(parts["arena_bytes"]), int(parts["lower_bound_bytes"]), int(parts["alignment"]),
-                         str(parts["strategy"]))
-        return cls(str(data["app"]), plan, TransitionPlan.from_dict(data["transitions"]), dict(data["reduction"]),
+        return cls(str(data["app"]), {str(s): ScenarioCalls.from_dict(p) for s, p in data["scenarios"].items()},
+                   int(data["arena_bytes"]), int(data["lower_bound_bytes"]), int(data["alignment"]),
+                   TransitionPlan.from_dict(data["transitions"]), dict(data["reduction"]),
                    {str(k): int(v) for k, v in data["model_bytes"].items()})
 
 
-def parts_accesses(parts: ScenarioParts) -> tuple[StepAccess, ...]:
+def parts_accesses(parts: ScenarioCalls) -> tuple[StepAccess, ...]:
     """The arena bytes each call of ``parts`` touches, from its buffers' offsets (module docstring).
 
     Range names are ``scenario/tensor``; ``StepAccess.unit`` is the call's model key (calls with one key
@@ -188,12 +248,12 @@ def _paced(waits: Sequence[int]) -> tuple[int, ...]:
     return tuple(result)
 
 
-def parts_transitions(parts: PartsPlan, app: str) -> TransitionPlan:
+def parts_transitions(scenarios: Mapping[str, ScenarioCalls], arena_bytes: int, app: str) -> TransitionPlan:
     """Algorithm 6 for every ordered pair o ≠ n of a parts plan, with arena-byte hazards (module docstring).
 
     ``thesis_x`` is Algorithm 6 verbatim with "the same layer" read as "the same call model" (session).
     """
-    accesses = {s: parts_accesses(p) for s, p in parts.scenarios.items()}
+    accesses = {s: parts_accesses(p) for s, p in scenarios.items()}
     pairs: dict[str, PairTable] = {}
     for old, a in accesses.items():
         last_use: dict[str, int] = {}
@@ -205,27 +265,152 @@ def parts_transitions(parts: PartsPlan, app: str) -> TransitionPlan:
             waits = _hazard_waits(a, b)
             pairs[f"{old}->{new}"] = PairTable(old, new, len(a), _paced(waits), waits,
                                                _paced([last_use.get(step.unit, 0) for step in b]))
-    return TransitionPlan(app, GRANULARITY, "shared", parts.arena_bytes, pairs)
+    return TransitionPlan(app, GRANULARITY, "shared", arena_bytes, pairs)
+
+
+#: Where a transition's new frame may start, as fractions of the old frame's calls, earliest first
+#: (``plan_transition_room``).
+TRANSITION_CUTS: tuple[float, ...] = (0.0, 0.5, 0.9, 0.95, 1.0)
+
+
+def plan_transition_room(parts: PartsPlan, budget: int | None) -> tuple[PartsPlan, float | None]:
+    """The parts arena re-planned so that SBRS-TP transitions can overlap, within ``budget`` bytes.
+
+    ``compile_parts`` plans each scenario on its own timeline, so a new frame's buffers (its input slot
+    first) land on bytes the old frame still needs and a transition waits for the whole old frame. Here,
+    for a cut ``c`` (a fraction of each old frame's calls), every buffer an old scenario o touches from call
+    ``c·|φ^o|`` on is kept apart from every buffer of every other scenario n: the buffers of o after the cut
+    get lives on a timeline ``o->n:old``, n's buffers keep their lives on a timeline ``n:new``, and the two
+    are a concurrent set (Algorithm 8, lines 9-11, as ``sbrs.runtime.transition.plan_shadow`` does for the
+    shadow slots, but on the scenarios' own buffers: no copy, no second frame input). A switch noticed after
+    the cut can then start the whole new frame at once. The earliest cut of ``TRANSITION_CUTS`` whose arena
+    fits ``budget`` is taken; the hazard tables are computed afterwards from the real offsets, so this only
+    makes room, it proves nothing. Returns the plan (``parts`` itself when no cut fits, or with one scenario)
+    and the cut taken (None).
+    """
+    from sbrs.memory import Block, Live, Problem, check_plan, lower_bound, plan_arena
+
+    scenarios = parts.scenarios
+    if len(scenarios) < 2 or budget is None:
+        return parts, None
+    base = parts.problem
+    for cut in TRANSITION_CUTS:
+        extra: dict[str, list[Live]] = {}
+        concurrent: set[frozenset[str]] = set(base.concurrent)
+        for old, old_parts in scenarios.items():
+            start = min(int(cut * len(old_parts.calls)), len(old_parts.calls) - 1)
+            for new in scenarios:
+                if new == old:
+                    continue
+                concurrent.add(frozenset({f"{old}->{new}:old", f"{new}:new"}))
+                for buffer in old_parts.buffers:
+                    if buffer.last_call >= start:
+                        extra.setdefault(f"{old}/{buffer.tensor}", []).append(
+                            Live(f"{old}->{new}:old", max(buffer.first_call, start), buffer.last_call))
+        for scenario, scenario_parts in scenarios.items():
+            for buffer in scenario_parts.buffers:
+                extra.setdefault(f"{scenario}/{buffer.tensor}", []).append(
+                    Live(f"{scenario}:new", buffer.first_call, buffer.last_call))
+        problem = Problem(tuple(Block(b.id, b.size, (*b.lives, *extra.get(b.id, ()))) for b in base.blocks),
+                          frozenset(concurrent), base.alignment)
+        arena = plan_arena(problem)
+        if arena.arena_bytes > budget:
+            continue
+        violations = check_plan(problem, arena)
+        if violations:
+            raise InputError(f"internal error: the transition arena plan is unsafe: {violations[0].detail}")
+        offsets = arena.as_dict()
+        placed = {s: dataclasses.replace(p, buffers=tuple(dataclasses.replace(b, offset=offsets[f"{s}/{b.tensor}"])
+                                                          for b in p.buffers)) for s, p in scenarios.items()}
+        return dataclasses.replace(parts, scenarios=placed, arena_bytes=arena.arena_bytes,
+                                   lower_bound_bytes=lower_bound(problem), strategy=f"{arena.strategy}+transitions",
+                                   problem=problem, arena=arena), cut
+    return parts, None
 
 
 def reduced_plan(app: App, band_rows: Mapping[str, Mapping[str, int]], reduction: Mapping[str, Any]) -> ReducedPlan:
-    """The plan of ``app`` processing ``band_rows`` (band heights per scenario and layer), with its tables."""
+    """The plan of ``app`` processing ``band_rows`` (band heights per scenario and layer), with its tables.
+
+    With a memory limit in ``reduction``, the arena keeps room for SBRS-TP transitions where the limit
+    leaves it (``plan_transition_room``); ``reduction["transition_cut"]`` records the cut taken.
+    """
     from sbrs.model import naive_buffer_bytes, params_bytes
     from sbrs.runtime.parts import compile_parts
 
     parts = compile_parts(app.models, band_rows)
+    limit = reduction.get("memory_limit_bytes")
+    budget = None if limit is None else int(limit) - params_bytes(app.models.values())
+    parts, cut = plan_transition_room(parts, budget)
+    reduction = {**dict(reduction), "transition_cut": cut}
     model_bytes = {"params_bytes": params_bytes(app.models.values()),
                    "naive_bytes": sum(naive_buffer_bytes(m) for m in app.models.values())}
     record = {**dict(reduction), "band_rows": {s: dict(b) for s, b in band_rows.items()}}
-    return ReducedPlan(app.name, parts, parts_transitions(parts, app.name), record, model_bytes)
+    scenarios = {s: ScenarioCalls.of(p) for s, p in parts.scenarios.items()}
+    return ReducedPlan(app.name, scenarios, parts.arena_bytes, parts.lower_bound_bytes, parts.alignment,
+                       parts_transitions(scenarios, parts.arena_bytes, app.name), record, model_bytes, parts)
+
+
+#: Pareto points ``fit_reduction`` compiles at most before giving up (each compiles every scenario's calls).
+MAX_FIT_TRIES = 8
+
+
+def fit_reduction(app: App, reduction: Mapping[str, Any]) -> ReducedPlan:
+    """The reduced plan ``sbrs build`` compiles for ``reduction`` (``reduce_app``'s result, not an early exit):
+    Algorithm 9, line 11 (``M <= M^c``) checked on what the executor will really allocate.
+
+    The search plans line buffers with Algorithm 10; the executor's arena (band-call boundaries, the sliding
+    line buffers) can differ. The chosen band heights are taken when parameters plus the executor's arena
+    fit the limit; otherwise the other Pareto points that fit on paper, fastest first (the smallest
+    per-scenario fps estimate), up to ``MAX_FIT_TRIES``. None fits: ``InputError`` naming the smallest total.
+    """
+    limit = int(reduction["memory_limit_bytes"])
+    keep = {key: reduction[key] for key in ("memory_limit_bytes", "cost_model", "seed", "figures", "chosen")
+            if key in reduction}
+    candidates = [reduction["chosen"], *sorted(
+        (p for p in reduction.get("pareto", ()) if p["memory_bytes"] <= limit and p != reduction["chosen"]),
+        key=lambda p: -min(p["fps"].values(), default=0.0))]
+    smallest: tuple[int, int] | None = None
+    for point in candidates[:MAX_FIT_TRIES]:
+        bands = point["band_rows"] if point is not reduction["chosen"] else reduction["band_rows"]
+        plan = reduced_plan(app, bands, {**keep, "chosen": point})
+        total = int(plan.model_bytes["params_bytes"]) + plan.arena_bytes
+        if total <= limit:
+            return plan
+        if smallest is None or total < smallest[0]:
+            smallest = (total, plan.arena_bytes)
+    assert smallest is not None
+    raise InputError(f"memory limit {limit / 1e6:g} MB: the band heights found fit on paper, but the executor "
+                     f"needs at least {smallest[0] / 1e6:.6f} MB (parameters + an arena of "
+                     f"{smallest[1] / 1e6:.6f} MB); raise memory_limit_mb", field="memory_limit_mb")
+
+
+def scenario_memory_mb(plan: ReducedPlan, params: Mapping[str, int]) -> dict[str, float]:
+    """Per scenario: its parameter bytes plus the peak of its line buffers in the arena, in MB (the policy's
+    ``memory_mb``; ``params``: each scenario's own parameter bytes)."""
+    peaks = {}
+    for scenario, parts in plan.scenarios.items():
+        live = [0] * (len(parts.calls) + 1)
+        first: dict[str, int] = {parts.input: 0}
+        last: dict[str, int] = {t: len(parts.calls) - 1 for t in parts.outputs}
+        for index, call in enumerate(parts.calls):
+            for t, *_ in (*call.inputs, *call.outputs):
+                first.setdefault(t, index)
+                last[t] = max(last.get(t, index), index)
+        for buffer in parts.buffers:
+            for step in range(first.get(buffer.tensor, 0), last.get(buffer.tensor, 0) + 1):
+                live[step] += buffer.nbytes
+        peaks[scenario] = max(live)
+    return {s: (params[s] + peaks[s]) / 1e6 for s in plan.scenarios}
 
 
 def call_models(app: App, plan: ReducedPlan) -> dict[str, onnx.ModelProto]:
     """key → the ONNX model of every distinct call of ``plan`` (what ``sbrs build`` writes as files)."""
     from sbrs.runtime.parts import call_model
 
+    if plan.source is None:
+        raise ValueError("the call models of a plan read back from a build are in the build's files")
     models: dict[str, onnx.ModelProto] = {}
-    for scenario, parts in plan.parts.scenarios.items():
+    for scenario, parts in plan.source.scenarios.items():
         for call in parts.calls:
             if call.key not in models:
                 models[call.key] = call_model(app.models[scenario], parts, call)
@@ -263,17 +448,17 @@ class ReducedRuntime(Runtime):
         limit = plan.memory_limit_bytes
         if self.memory_limit_bytes is None and limit is not None:  # a build made with `--memory-limit`
             self.memory_limit_bytes = limit
-        self._arena = ArenaMemory(plan.parts.arena_bytes, self.device, plan.parts.alignment)
+        self._arena = ArenaMemory(plan.arena_bytes, self.device, plan.alignment)
         for key in plan.call_keys:
             self._sessions[key] = create_session(sessions[key], self.providers)
-        for parts in plan.parts.scenarios.values():
+        for parts in plan.scenarios.values():
             self._bind_scenario(parts)
         self._new_calls, self._new_copy_in, self._new_copy_out = self._calls, self._copy_in, self._copy_out
         self.node.loaded(self.facts())
 
     # -- binding ------------------------------------------------------------------------------------------
 
-    def _view(self, buffer: Buffer, slot: int = 0, rows: int | None = None) -> np.ndarray:
+    def _view(self, buffer: LineBuffer, slot: int = 0, rows: int | None = None) -> np.ndarray:
         """Rows ``[slot, slot + rows)`` of ``buffer`` (rows layout), or the whole buffer (NCHW), in the arena."""
         if buffer.layout != ROWS:
             return self._arena.view(buffer.offset, buffer.shape, buffer.dtype)
@@ -287,7 +472,7 @@ class ReducedRuntime(Runtime):
         self._bound_ranges.append(span)
         return span
 
-    def _bind_scenario(self, parts: ScenarioParts) -> None:
+    def _bind_scenario(self, parts: ScenarioCalls) -> None:
         """Bind every call of one scenario to its slots once; its steps, frame copy-in and copy-outs."""
         scenario = parts.scenario
         buffers = {b.tensor: b for b in parts.buffers}
@@ -337,7 +522,7 @@ class ReducedRuntime(Runtime):
 
     @property
     def scenarios(self) -> tuple[str, ...]:
-        return tuple(self.reduced.parts.scenarios)
+        return tuple(self.reduced.scenarios)
 
     @property
     def arena_bytes(self) -> int:
@@ -351,17 +536,17 @@ class ReducedRuntime(Runtime):
 
     def facts(self) -> dict[str, Any]:
         """Plan figures for observers and status (``Runtime.facts``; steps are band calls here)."""
-        parts = self.reduced.parts
-        return {"app": self.reduced.app, "arena_bytes": parts.arena_bytes, "units": len(self.reduced.call_keys),
-                "lower_bound_bytes": parts.lower_bound_bytes, "providers": list(self.providers),
+        plan = self.reduced
+        return {"app": plan.app, "arena_bytes": plan.arena_bytes, "units": len(plan.call_keys),
+                "lower_bound_bytes": plan.lower_bound_bytes, "providers": list(self.providers),
                 **self._model_bytes, "granularity": GRANULARITY, "transition": self.node.mode,
                 "transition_arena": self.transitions.arena, "scenarios": list(self.scenarios),
-                "steps": {s: len(p.calls) for s, p in parts.scenarios.items()}, **self._memory_facts()}
+                "steps": {s: len(p.calls) for s, p in plan.scenarios.items()}, **self._memory_facts()}
 
     def _planned_memory(self) -> dict[str, int | None]:
         figures = self.reduced.reduction.get("figures", {})
-        return {"planned_arena_bytes": self.reduced.parts.arena_bytes,
-                "planned_lower_bound_bytes": self.reduced.parts.lower_bound_bytes,
+        return {"planned_arena_bytes": self.reduced.arena_bytes,
+                "planned_lower_bound_bytes": self.reduced.lower_bound_bytes,
                 "planned_reduction_arena_bytes": figures.get("arena_bytes")}
 
     def _arena_holds(self) -> str:
@@ -373,7 +558,7 @@ class ReducedRuntime(Runtime):
         return {scenario: tuple(StepAccess(call.key, tuple(self._bindings[(scenario, step)][0]),
                                            tuple(self._bindings[(scenario, step)][1]))
                                 for step, call in enumerate(parts.calls, 1))
-                for scenario, parts in self.reduced.parts.scenarios.items()}
+                for scenario, parts in self.reduced.scenarios.items()}
 
     def __repr__(self) -> str:
         return (f"ReducedRuntime(app={self.reduced.app!r}, scenario={self.scenario!r}, "
@@ -393,6 +578,24 @@ def _step(run: Callable[[Any], Any], binding: Any,
         run(binding)
 
     return step
+
+
+def app_reduction(app: App) -> Mapping[str, Any]:
+    """The buffer reduction of ``app`` for its ``memory_limit_mb``: the one saved in its plan file
+    (``sbrs build``) when that is current and made for this limit, else Algorithm 9 run now with
+    ``sbrs build``'s defaults (``reduce_app``; an unreachable limit is an ``InputError``)."""
+    from sbrs.plan import build_plan, default_plan_path, load_plan
+    from sbrs.runtime.parts_build import reduce_app
+
+    assert app.config.memory_limit_mb is not None
+    limit = int(app.config.memory_limit_mb * 1e6)
+    try:
+        saved = load_plan(default_plan_path(app), app).reduction
+    except InputError:
+        saved = None
+    if saved is not None and int(saved["memory_limit_bytes"]) == limit:
+        return saved
+    return reduce_app(app, build_plan(app), limit)
 
 
 def runtime_from_app(app: App, plan: ReducedPlan, **options: Any) -> ReducedRuntime:
