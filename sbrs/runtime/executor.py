@@ -152,6 +152,9 @@ class Runtime:
             raise TypeError("Runtime needs exactly one of app and build")
         config: AppConfig = app.config if app is not None else build.config  # type: ignore[union-attr]
         mode, transition_arena = runtime_options(config, transition, transition_arena, transition_schedule)
+        if build is not None and build.reduced is not None:
+            raise InputError("the build runs by parts (band calls, not units): open it with "
+                             "sbrs.build.artifact.runtime_of_build or app.runtime()", field="build")
         if build is not None and not build.matches(granularity, mode, transition_arena):
             raise InputError(f"the build was compiled for granularity {build.granularity}, transition "
                              f"{build.transition}, arena {build.transition_arena}; run `sbrs build` with the "

@@ -151,3 +151,23 @@ def test_the_unit_runtime_reports_its_memory_too(load_example: Callable[[str], A
         report = rt.memory_report()
     assert report["execution"] == "units" and report["limit_bytes"] is None and report["within_limit"] is None
     assert report["arena_bytes"] == rt.plan.arena_bytes and report["params_bytes"] > 0
+
+
+def test_without_the_build_the_app_compiles_the_saved_band_heights_in_memory(app: App, runtime: ReducedRuntime,
+                                                                             refs: References) -> None:
+    with app.runtime(use_build=False) as in_memory:
+        assert isinstance(in_memory, ReducedRuntime)
+        assert in_memory.reduced.reduction["band_rows"] == runtime.reduced.reduction["band_rows"]
+        assert in_memory.memory_report()["within_limit"]
+        frame = random_frame(app, 11)
+        for scenario in in_memory.scenarios:
+            in_memory.switch(scenario)
+            assert_equivalent(in_memory.infer(frame), refs.outputs(scenario, frame), f"in memory {scenario}")
+
+
+def test_a_build_by_parts_is_not_a_build_of_units(limited: Path) -> None:
+    from sbrs.build.artifact import load_build
+    from sbrs.errors import InputError
+
+    with pytest.raises(InputError, match="runs by parts"):
+        Runtime(build=load_build(limited))
