@@ -543,6 +543,17 @@ class ReducedRuntime(Runtime):
                 "transition_arena": self.transitions.arena, "scenarios": list(self.scenarios),
                 "steps": {s: len(p.calls) for s, p in plan.scenarios.items()}, **self._memory_facts()}
 
+    def memory_report(self) -> dict[str, Any]:
+        """``Runtime.memory_report`` plus how SBRS-TP can use this arena: ``transition_cut`` (the fraction of
+        an old frame after which the arena keeps the new frame's buffers apart, None: no room under the
+        limit, ``plan_transition_room``) and ``transition_overlap_pairs`` (ordered pairs whose new frame may
+        start before the old frame's last call; with none, every switch happens at the frame boundary, as
+        ``naive``). Each switch's ``SwitchRecord`` says what it did (``overlapped_steps``)."""
+        tables = self.transitions.pairs.values()
+        return {**super().memory_report(), "transition_cut": self.reduced.reduction.get("transition_cut"),
+                "transition_overlap_pairs": sum(1 for t in tables if t.wait and t.wait[0] < t.old_steps),
+                "transition_pairs": len(tables)}
+
     def _planned_memory(self) -> dict[str, int | None]:
         figures = self.reduced.reduction.get("figures", {})
         return {"planned_arena_bytes": self.reduced.arena_bytes,

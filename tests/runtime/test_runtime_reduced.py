@@ -103,6 +103,8 @@ def test_sbrs_tp_switch_at_every_step_keeps_both_frames_equal_to_onnx_runtime(ru
                     assert_equivalent(result.outputs, refs.outputs(result.scenario, frame),
                                       f"{old}->{new} SSR at step {step}")
     assert overlapped > 0, "no transition overlapped the old frame"
+    report = runtime.memory_report()
+    assert report["transition_cut"] is not None and report["transition_overlap_pairs"] == 2
 
 
 def test_naive_switching_by_parts(app: App, refs: References) -> None:
