@@ -90,7 +90,8 @@ def _same_config(built: AppConfig, loaded: AppConfig) -> bool:
 
 def _build_fits(build: Any, options: dict[str, Any]) -> bool:
     mode = options.get("transition") or build.config.runtime.transition
-    arena = options.get("transition_arena") or ("shadow" if mode == "sbrs-tp" else "shared")
+    arena = options.get("transition_arena") or (build.transition_arena if mode == build.transition else
+                                                "shadow" if mode == "sbrs-tp" else "shared")
     return bool(build.matches(options.get("granularity"), mode, arena))
 
 

@@ -210,6 +210,8 @@ def runtime_of_build(build: LoadedBuild, **options: Any) -> Runtime:
     if build.reduced is None:
         from sbrs.runtime.executor import Runtime
 
+        if options.get("transition") in (None, build.transition):
+            options.setdefault("transition_arena", build.transition_arena)  # e.g. shared to keep a memory limit
         return Runtime(build=build, **options)
     from sbrs.runtime.reduced import runtime_from_build
 
@@ -288,7 +290,7 @@ def open_runtime(app_path: str | Path, *, granularity: str | None = None, transi
         compile_in_child(app_path)
     build = load_build(app_path, folder)
     mode = transition or build.config.runtime.transition
-    arena = "shadow" if mode == "sbrs-tp" else "shared"
+    arena = build.transition_arena if mode == build.transition else "shadow" if mode == "sbrs-tp" else "shared"
     if build.matches(granularity, mode, arena):
         runtime = runtime_of_build(build, granularity=granularity, transition=transition, observers=observers)
         return runtime, build.config, build.scenario_memory_mb

@@ -113,6 +113,9 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
     run_plan = plan
     if arena == "shadow":
         run_plan, shadow = plan_shadow(plan)
+        limit = None if reduction is None else int(reduction["memory_limit_bytes"])
+        if limit is not None and params_bytes(app.models.values()) + run_plan.arena_bytes > limit:
+            arena, run_plan, shadow = "shared", plan, None  # the shadow slots would break the memory limit
     transitions = build_transition_plan(run_plan, arena=arena, shadow=shadow)
     reduced = None
     if reduction is not None and not reduction["early_exit"]:

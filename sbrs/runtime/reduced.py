@@ -16,11 +16,13 @@ Steps and their bytes
     (it writes the whole input buffer), copying the outputs out to the last step (it reads them).
 
 SBRS-TP on one arena
-    The scenarios' line buffers share the arena (each scenario's buffers are planned on its own timeline), so
-    a transition's new frame may start as soon as its calls touch no byte the old frame's remaining calls
-    still touch (``wait``); there are no shadow slots (they would double the arena the limit bounds). Where a
-    new call's bytes overlap what the old frame still needs, it waits: in the worst case for the whole old
-    frame, i.e. a switch at the frame boundary, as ``naive`` does.
+    The scenarios' line buffers share the arena, so a transition's new call may start as soon as it touches no
+    byte the old frame's remaining calls still touch (``wait``); there are no shadow slots (they would double
+    the arena the limit bounds). Planned on one timeline per scenario, the new frame's first call (its frame
+    copy-in) overlaps the old frame's last ones and would wait for the whole old frame; where the limit leaves
+    room, ``plan_transition_room`` keeps the buffers of each old frame's tail apart from the other scenarios'
+    buffers so the new frame can start before the old one ends. Without room a switch happens at the frame
+    boundary, as ``naive`` does (``ReducedRuntime.memory_report`` says which).
 """
 
 from __future__ import annotations
