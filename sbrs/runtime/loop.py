@@ -277,8 +277,9 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
         server = None if no_socket else Server(controller, socket_path, listen=listen, app_name=config.name,
                                                stats=ObservedRequestStats(fan_out))
         try:
+            if summary_path:  # fail before the first frame, not after the last
+                open(summary_path, "w", encoding="utf-8").close()
             stream = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
-            summary_stream = open(summary_path, "w", encoding="utf-8") if summary_path else None  # noqa: SIM115
         except OSError as exc:
             runtime.close()
             raise InputError(f"{exc.filename}: cannot write ({exc.strerror})",
@@ -308,7 +309,7 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
             if stream is not sys.stdout:
                 stream.close()
         sys.stderr.write(summary.to_text() + "\n")
-        if summary_stream is not None:
-            with summary_stream:
+        if summary_path:
+            with open(summary_path, "w", encoding="utf-8") as summary_stream:
                 summary_stream.write(json.dumps(summary.to_dict(), allow_nan=False) + "\n")
     return 0

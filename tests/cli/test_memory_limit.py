@@ -126,3 +126,9 @@ def test_a_build_made_for_a_larger_limit_is_refused(tmp_path: Path) -> None:
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "memory limit of 0.95 MB" in lines[0] and "sbrs build" in lines[0]
+
+
+def test_an_unwritable_summary_is_refused_before_the_first_frame(built: Path, tmp_path: Path) -> None:
+    result = _sbrs("run", str(built), "--frames", "2", "--no-socket", "--summary", str(tmp_path / "no" / "s.json"))
+    assert result.returncode == 2 and result.stdout == ""
+    assert "--summary" in result.stderr and "cannot write" in result.stderr
