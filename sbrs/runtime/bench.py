@@ -243,8 +243,9 @@ def format_report(report: dict[str, Any]) -> str:
             steady, peak = report[f"rss_ratio_vs_{name}"], report[f"peak_rss_ratio_vs_{name}"]
             lines.append(f"{label:<34} {report[f'{name}_rss_bytes'] / 1e6:>10.1f} "
                          f"{report[f'{name}_peak_rss_bytes'] / 1e6:>10.1f} {_ratio(steady):>15} {_ratio(peak):>13}")
-        lines.append(f"planned (a model, not measured): arena of boundary tensors {report['arena_bytes'] / 1e6:.2f} "
-                     "MB; tensors inside execution units are ONNX Runtime's own memory, inside the RSS above")
+        lines.append(f"planned (a model, not measured): arena of the tensors between ONNX Runtime calls (execution "
+                     f"units or band calls) {report['arena_bytes'] / 1e6:.2f} MB; tensors inside a call are ONNX "
+                     "Runtime's own memory, inside the RSS above")
     return "\n".join(lines)
 
 
