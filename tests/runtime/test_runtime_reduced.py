@@ -83,10 +83,12 @@ def test_tables_come_from_the_bytes_really_bound_and_are_safe(runtime: ReducedRu
     assert check_schedule(bound, waits, limit=1) == []
 
 
+@pytest.mark.parametrize("schedule", ["priority", "threads"])
 def test_sbrs_tp_switch_at_every_step_keeps_both_frames_equal_to_onnx_runtime(runtime: ReducedRuntime, app: App,
-                                                                               refs: References) -> None:
+                                                                               refs: References, schedule: str) -> None:
     frames = (random_frame(app, 3), random_frame(app, 4))
     overlapped = 0
+    runtime.transition_schedule = schedule
     for old in runtime.scenarios:
         for new in runtime.scenarios:
             if old == new:
@@ -102,6 +104,7 @@ def test_sbrs_tp_switch_at_every_step_keeps_both_frames_equal_to_onnx_runtime(ru
                 for result, frame in zip(results, frames, strict=True):
                     assert_equivalent(result.outputs, refs.outputs(result.scenario, frame),
                                       f"{old}->{new} SSR at step {step}")
+    runtime.transition_schedule = "priority"
     assert overlapped > 0, "no transition overlapped the old frame"
     report = runtime.memory_report()
     assert report["transition_cut"] is not None and report["transition_overlap_pairs"] == 2
@@ -173,3 +176,23 @@ def test_a_build_by_parts_is_not_a_build_of_units(limited: Path) -> None:
 
     with pytest.raises(InputError, match="runs by parts"):
         Runtime(build=load_build(limited))
+
+
+@pytest.mark.parametrize(("transition", "schedule"), [("sbrs-tp", "priority"), ("sbrs-tp", "threads"),
+                                                      ("naive", "priority")])
+def test_switches_from_three_threads_never_lose_a_frame(app: App, refs: References, transition: str,
+                                                        schedule: str) -> None:
+    from tests.runtime.test_switching_stress import DISTINCT_FRAMES, stress
+
+    frames = [random_frame(app, 100 + k) for k in range(DISTINCT_FRAMES)]
+    want = {(s, k): refs.outputs(s, frame) for s in refs.sessions for k, frame in enumerate(frames)}
+    with app.runtime(transition=transition, transition_schedule=schedule) as rt:
+        assert isinstance(rt, ReducedRuntime)
+        for order in ("completion", "stream"):
+            results = stress(rt, frames, 0.4, seed=5, order=order)
+            indices = [r.index for r in results]
+            assert sorted(indices) == list(range(len(results))), f"{transition}/{schedule}/{order}: frames lost"
+            assert len({r.scenario for r in results}) == 2, "the run never switched"
+            for result in results:
+                assert_equivalent(result.outputs, want[(result.scenario, result.index % DISTINCT_FRAMES)],
+                                  f"{transition}/{schedule}/{order} frame {result.index} on {result.scenario}")
