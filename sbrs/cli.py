@@ -130,6 +130,10 @@ def cmd_build(args: argparse.Namespace) -> int:
                        "units": len(manifest["plan"]["units"]) if reduced is None else 0,
                        "call_files": sum(1 for name in manifest["files"] if name.startswith("c")),
                        "weights_bytes": manifest["weights_bytes"],
+                       "run_by_parts": None if reduced is None else {
+                           "params_bytes": reduced["model_bytes"]["params_bytes"],
+                           "arena_bytes": reduced["arena_bytes"],
+                           "transition_cut": reduced["reduction"].get("transition_cut")},
                        "figures": "params, naive, Algorithm 8, arena and lower bound are planned from the "
                                   "models; process RSS is measured only by `sbrs bench`"}
     if args.json:
@@ -158,6 +162,15 @@ def cmd_build(args: argparse.Namespace) -> int:
 
             print(format_reduction(reduction))
             print(f"the chosen band heights are saved in the plan ({plan_path})")
+        if reduced is not None:
+            parts = report["build"]["run_by_parts"]
+            cut = parts["transition_cut"]
+            room = ("no room left for SBRS-TP transitions to overlap: switches happen at frame boundaries"
+                    if cut is None else "room for an SBRS-TP transition to overlap an old frame's "
+                    + ("last call" if cut >= 1 else f"calls from {cut:.0%} of the frame on"))
+            print(f"the build runs by parts: parameters {_mb(parts['params_bytes'])} + arena "
+                  f"{_mb(parts['arena_bytes'])} = {_mb(parts['params_bytes'] + parts['arena_bytes'])} MB "
+                  f"(limit {_mb(report['memory_limit_bytes'])} MB; {room})")
     if reduction is not None and reduction["violations"]:
         failing = reduction["violations"]
         raise InputError(f"constraint not met: {'; '.join(failing)}",

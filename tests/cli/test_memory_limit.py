@@ -40,6 +40,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     report = json.loads(result.stdout)
     assert report["build"]["execution"] == "parts" and report["build"]["call_files"] > 0
     assert not report["reduction"]["early_exit"]
+    parts = report["build"]["run_by_parts"]
+    assert parts["params_bytes"] + parts["arena_bytes"] <= report["memory_limit_bytes"] == 870_000
     return path
 
 
