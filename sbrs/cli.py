@@ -124,9 +124,16 @@ def cmd_build(args: argparse.Namespace) -> int:
     save_plan(plan, plan_path)
     from sbrs.build.compile import compile_app
 
-    manifest = compile_app(app)
-    report["build"] = {"folder": str(build_dir_of(app)), "units": len(manifest["plan"]["units"]),
+    manifest = compile_app(app, reduction=reduction)
+    reduced = manifest["reduced"]
+    report["build"] = {"folder": str(build_dir_of(app)), "execution": "units" if reduced is None else "parts",
+                       "units": len(manifest["plan"]["units"]) if reduced is None else 0,
+                       "call_files": sum(1 for name in manifest["files"] if name.startswith("c")),
                        "weights_bytes": manifest["weights_bytes"],
+                       "run_by_parts": None if reduced is None else {
+                           "params_bytes": reduced["model_bytes"]["params_bytes"],
+                           "arena_bytes": reduced["arena_bytes"],
+                           "transition_cut": reduced["reduction"].get("transition_cut")},
                        "figures": "params, naive, Algorithm 8, arena and lower bound are planned from the "
                                   "models; process RSS is measured only by `sbrs bench`"}
     if args.json:
@@ -145,7 +152,9 @@ def cmd_build(args: argparse.Namespace) -> int:
             print(f"{name:<16} {_mb(figures.params_bytes):>8} {_mb(figures.naive_bytes):>8}"
                   f" {_mb(figures.arena_bytes):>8} {_mb(figures.lower_bound_bytes):>8}")
         print(f"plan saved to {plan_path}")
-        print(f"build written to {report['build']['folder']}: {report['build']['units']} unit files, "
+        files = (f"{report['build']['units']} unit files" if reduced is None else
+                 f"{report['build']['call_files']} band-call files (the app runs by parts)")
+        print(f"build written to {report['build']['folder']}: {files}, "
               f"{report['build']['weights_bytes'] / 1e6:.1f} MB of weights stored once "
               f"(figures above are planned from the models; `sbrs bench` measures process memory)")
         if reduction is not None:
@@ -153,6 +162,15 @@ def cmd_build(args: argparse.Namespace) -> int:
 
             print(format_reduction(reduction))
             print(f"the chosen band heights are saved in the plan ({plan_path})")
+        if reduced is not None:
+            parts = report["build"]["run_by_parts"]
+            cut = parts["transition_cut"]
+            room = ("no room left for SBRS-TP transitions to overlap: switches happen at frame boundaries"
+                    if cut is None else "room for an SBRS-TP transition to overlap an old frame's "
+                    + ("last call" if cut >= 1 else f"calls from {cut:.0%} of the frame on"))
+            print(f"the build runs by parts: parameters {_mb(parts['params_bytes'])} + arena "
+                  f"{_mb(parts['arena_bytes'])} = {_mb(parts['params_bytes'] + parts['arena_bytes'])} MB "
+                  f"(limit {_mb(report['memory_limit_bytes'])} MB; {room})")
     if reduction is not None and reduction["violations"]:
         failing = reduction["violations"]
         raise InputError(f"constraint not met: {'; '.join(failing)}",
@@ -185,7 +203,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         return run_app(args.app, frames=args.frames, source=args.input, output=args.output, seed=args.seed,
                        granularity=args.granularity, transition=args.transition, socket_path=args.socket,
-                       listen=args.listen, no_socket=args.no_socket, order=args.order, observers=observers)
+                       listen=args.listen, no_socket=args.no_socket, order=args.order, observers=observers,
+                       summary_path=args.summary)
     finally:
         if metrics_server is not None:
             metrics_server.stop()
@@ -304,6 +323,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--input", default=None, metavar="SRC",
                      help="a folder of .npy frames or of images (default: seeded random frames)")
     run.add_argument("--output", default=None, metavar="FILE", help="write the JSON lines here (default: stdout)")
+    run.add_argument("--summary", default=None, metavar="FILE",
+                     help="also write the run's summary as one JSON object to FILE (frames, switches, and the "
+                          "runtime's memory report: params_bytes, arena_bytes, limit_bytes)")
     run.add_argument("--seed", type=int, default=0, help="seed of the random frames")
     run.add_argument("--rebuild", action="store_true",
                      help="compile the app again first (default: run its current build, made on first run)")

@@ -35,11 +35,16 @@ class App:
         from this very configuration and compiled for the options asked; otherwise (no build, a stale or
         damaged one, other options) the runtime is compiled from the models in memory, which this object
         already holds, so nothing is refused here (``sbrs run`` refuses a bad build instead).
+
+        With ``memory_limit_mb`` set and reuse alone above it, the runtime runs band calls
+        (``sbrs.runtime.reduced.ReducedRuntime``, the same API): from the build, or compiled here from the
+        band heights saved in the app's plan file when it is current and made for this limit, else searched
+        now (``sbrs build``'s Algorithm 9 with its default options).
         """
         from sbrs.runtime import Runtime
 
         if use_build:
-            from sbrs.build.artifact import MANIFEST, build_dir, load_build
+            from sbrs.build.artifact import MANIFEST, build_dir, load_build, runtime_of_build
 
             if (build_dir(self.config.path) / MANIFEST).is_file():
                 try:
@@ -47,7 +52,14 @@ class App:
                 except InputError:
                     build = None
                 if build is not None and _same_config(build.config, self.config) and _build_fits(build, options):
-                    return Runtime(build=build, **options)
+                    return runtime_of_build(build, **options)
+        if self.config.memory_limit_mb is not None:
+            from sbrs.runtime.reduced import app_reduction, fit_reduction, runtime_from_app
+
+            reduction = app_reduction(self)
+            if not reduction["early_exit"]:
+                options.pop("granularity", None)
+                return runtime_from_app(self, fit_reduction(self, reduction), **options)
         return Runtime(self, **options)
 
     def summary(self) -> dict[str, Any]:
@@ -78,7 +90,8 @@ def _same_config(built: AppConfig, loaded: AppConfig) -> bool:
 
 def _build_fits(build: Any, options: dict[str, Any]) -> bool:
     mode = options.get("transition") or build.config.runtime.transition
-    arena = options.get("transition_arena") or ("shadow" if mode == "sbrs-tp" else "shared")
+    arena = options.get("transition_arena") or (build.transition_arena if mode == build.transition else
+                                                "shadow" if mode == "sbrs-tp" else "shared")
     return bool(build.matches(options.get("granularity"), mode, arena))
 
 

@@ -9,6 +9,10 @@
     checksum over all of it.
 ``<unit>.onnx``
     one ONNX model per execution unit; initializers of 1 KiB or more are ONNX external data in
+``c<key>.onnx`` (instead of units, for an app that runs by parts)
+    one ONNX model per distinct band call of the ``ReducedPlan`` the manifest holds (``reduced``: band
+    heights, line buffers with their arena offsets, the transition tables), when the app's memory limit
+    needs processing by parts (``sbrs.runtime.reduced``);
 ``weights.bin``
     every distinct weight tensor once (deduplicated by content, 4 KiB-aligned), shared by all unit files.
 
@@ -17,7 +21,8 @@ the reduction search, and holds no weights in Python; ONNX Runtime reads the uni
 itself. A build is refused (``InputError``, exit status 2, one line that says to run ``sbrs build``) when the
 manifest is not JSON or lacks fields (garbage, truncated), when its checksum or any file's sha256 differs
 (tampered, truncated), when it was written by another format or sbrs version, or when an input file changed
-since (stale). An input file whose size and mtime are unchanged is taken as unchanged; otherwise its sha256
+since (stale), or when the app sets ``memory_limit_mb`` and the build was made for no limit or a larger one.
+An input file whose size and mtime are unchanged is taken as unchanged; otherwise its sha256
 decides (a ``touch`` or a fresh checkout does not make a build stale). The compiled files are checked the
 same way: size and mtime as recorded, else their sha256 (this catches damage and edits; it is not a defence
 against someone who forges a file's mtime).
@@ -40,10 +45,11 @@ if TYPE_CHECKING:
     from sbrs.app.config import AppConfig
     from sbrs.control.events import RunObserver
     from sbrs.runtime.executor import Runtime
+    from sbrs.runtime.reduced import ReducedPlan
     from sbrs.runtime.transition import TransitionPlan
     from sbrs.runtime.units import UnitPlan
 
-FORMAT = 1
+FORMAT = 2
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.bin"
 
@@ -100,12 +106,17 @@ class LoadedBuild:
     granularity: str
     transition: str
     transition_arena: str
+    memory_limit_bytes: int | None = None
+    reduced: ReducedPlan | None = None  # band calls instead of units (the app runs by parts)
 
     def unit_path(self, unit_id: str) -> str:
         return str(self.folder / f"{unit_id}.onnx")
 
     def matches(self, granularity: str | None, transition: str, transition_arena: str) -> bool:
-        """Whether runtime options ask for what this build was compiled for."""
+        """Whether runtime options ask for what this build was compiled for. A build by parts runs either
+        transition mode on its one arena whatever the granularity asked (``ReducedRuntime``)."""
+        if self.reduced is not None:
+            return True
         return ((granularity is None or granularity == self.granularity) and transition == self.transition
                 and transition_arena == self.transition_arena)
 
@@ -154,6 +165,7 @@ def verify_build(folder: Path, app_path: str | Path) -> dict[str, Any]:
 
 def load_build(app_path: str | Path, folder: Path | None = None) -> LoadedBuild:
     """The verified build of ``app_path`` (``build_dir`` by default)."""
+    from sbrs.runtime.reduced import ReducedPlan
     from sbrs.runtime.transition import TransitionPlan
     from sbrs.runtime.units import UnitPlan
 
@@ -161,14 +173,50 @@ def load_build(app_path: str | Path, folder: Path | None = None) -> LoadedBuild:
     manifest = verify_build(folder, app_path)
     try:
         options = manifest["options"]
-        return LoadedBuild(
+        reduced = manifest["reduced"]
+        build = LoadedBuild(
             folder=folder, config=config_from_dict(manifest["config"]), plan=UnitPlan.from_dict(manifest["plan"]),
             shadow=manifest["shadow"], transitions=TransitionPlan.from_dict(manifest["transitions"]),
             model_bytes=manifest["model_bytes"], scenario_memory_mb=manifest["scenario_memory_mb"],
             granularity=options["granularity"], transition=options["transition"],
-            transition_arena=options["transition_arena"])
+            transition_arena=options["transition_arena"], memory_limit_bytes=manifest["memory_limit_bytes"],
+            reduced=None if reduced is None else ReducedPlan.from_dict(reduced))
     except (KeyError, TypeError, ValueError, AttributeError):
         raise refuse(folder, app_path, f"{MANIFEST} lacks fields of a build (damaged)") from None
+    why = limit_mismatch(build.config, build.memory_limit_bytes)
+    if why is not None:
+        raise refuse(folder, app_path, why)
+    return build
+
+
+def limit_mismatch(config: AppConfig, built_for: int | None) -> str | None:
+    """Why a build made for the memory limit ``built_for`` (bytes, None: none) cannot run an app of ``config``
+    (None when it can: the app sets no limit, or the build's limit is at most the app's)."""
+    if config.memory_limit_mb is None:
+        return None
+    wanted = int(config.memory_limit_mb * 1e6)
+    if built_for is None:
+        return f"the build was made without a memory limit, the app asks memory_limit_mb: {config.memory_limit_mb:g}"
+    if built_for > wanted:
+        return (f"the build was made for a memory limit of {built_for / 1e6:g} MB, the app asks memory_limit_mb: "
+                f"{config.memory_limit_mb:g}")
+    return None
+
+
+def runtime_of_build(build: LoadedBuild, **options: Any) -> Runtime:
+    """The runtime executing ``build``: its execution units (``Runtime``) or, for an app that runs by parts,
+    its band calls (``sbrs.runtime.reduced.ReducedRuntime``); ``options`` as ``Runtime``'s (granularity is
+    not an option of a build by parts: its calls are fixed)."""
+    if build.reduced is None:
+        from sbrs.runtime.executor import Runtime
+
+        if options.get("transition") in (None, build.transition):
+            options.setdefault("transition_arena", build.transition_arena)  # e.g. shared to keep a memory limit
+        return Runtime(build=build, **options)
+    from sbrs.runtime.reduced import runtime_from_build
+
+    options.pop("granularity", None)
+    return runtime_from_build(build.config, build.reduced, build.folder, **options)
 
 
 def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
@@ -242,9 +290,9 @@ def open_runtime(app_path: str | Path, *, granularity: str | None = None, transi
         compile_in_child(app_path)
     build = load_build(app_path, folder)
     mode = transition or build.config.runtime.transition
-    arena = "shadow" if mode == "sbrs-tp" else "shared"
+    arena = build.transition_arena if mode == build.transition else "shadow" if mode == "sbrs-tp" else "shared"
     if build.matches(granularity, mode, arena):
-        runtime = Runtime(build=build, granularity=granularity, transition=transition, observers=observers)
+        runtime = runtime_of_build(build, granularity=granularity, transition=transition, observers=observers)
         return runtime, build.config, build.scenario_memory_mb
     say(f"sbrs run: the build is for granularity {build.granularity}, transition {build.transition}; "
         f"compiling the requested options in memory")

@@ -66,6 +66,13 @@ class _WeightsFile:
             entry.key, entry.value = key, value
         return tensor
 
+    def externalise(self, model: onnx.ModelProto) -> None:
+        """Move ``model``'s initializers of ``EXTERNAL_MIN_BYTES`` or more into the weights file (for models
+        built with their weights inside, such as band calls)."""
+        tensors = list(model.graph.initializer)
+        del model.graph.initializer[:]
+        model.graph.initializer.extend(self.tensor(numpy_helper.to_array(tensor), tensor.name) for tensor in tensors)
+
     def close(self) -> None:
         self.stream.close()
 
@@ -95,12 +102,19 @@ def scenario_memory_mb(app: App, plan: UnitPlan) -> dict[str, float]:
     return {name: (params_bytes([model]) + peaks.get(name, 0)) / 1e6 for name, model in app.models.items()}
 
 
-def compile_app(app: App, folder: Path | None = None) -> dict[str, Any]:
-    """Write the build of ``app`` (default ``APP.build/`` beside the app file); returns its manifest."""
+def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Write the build of ``app`` (default ``APP.build/`` beside the app file); returns its manifest.
+
+    ``reduction`` (``sbrs.runtime.parts_build.reduce_app``'s result for a memory limit): unless Algorithm 9
+    exited early (the unreduced plan fits), the build holds the band calls of ``sbrs.runtime.reduced`` instead
+    of execution units: one ``c<key>.onnx`` per distinct call model and the ``ReducedPlan`` in the manifest.
+    The limit is recorded either way (``memory_limit_bytes``), so a run can tell a build made for another.
+    """
     from sbrs.moc import derive_moc
     from sbrs.model import naive_buffer_bytes, params_bytes
     from sbrs.runtime.executor import build_unit_plan
     from sbrs.runtime.layout import unit_model
+    from sbrs.runtime.reduced import scenario_memory_mb as reduced_memory_mb
     from sbrs.runtime.transition import build_transition_plan, plan_shadow
 
     folder = folder or build_dir(app.config.path)
@@ -113,16 +127,31 @@ def compile_app(app: App, folder: Path | None = None) -> dict[str, Any]:
     run_plan = plan
     if arena == "shadow":
         run_plan, shadow = plan_shadow(plan)
+        limit = None if reduction is None else int(reduction["memory_limit_bytes"])
+        if limit is not None and params_bytes(app.models.values()) + run_plan.arena_bytes > limit:
+            arena, run_plan, shadow = "shared", plan, None  # the shadow slots would break the memory limit
     transitions = build_transition_plan(run_plan, arena=arena, shadow=shadow)
+    reduced = None
+    if reduction is not None and not reduction["early_exit"]:
+        from sbrs.runtime.reduced import fit_reduction
+
+        reduced = fit_reduction(app, reduction)
 
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
         weights = _WeightsFile(staging / WEIGHTS)
         try:
-            for unit in plan.units:
-                model = unit_model(app.models, moc, unit, specs, app.name, initializer=weights.tensor)
-                onnx.save_model(model, str(staging / f"{unit.id}.onnx"))
+            if reduced is None:
+                for unit in plan.units:
+                    model = unit_model(app.models, moc, unit, specs, app.name, initializer=weights.tensor)
+                    onnx.save_model(model, str(staging / f"{unit.id}.onnx"))
+            else:
+                from sbrs.runtime.reduced import call_file, call_models
+
+                for key, model in call_models(app, reduced).items():
+                    weights.externalise(model)
+                    onnx.save_model(model, str(staging / call_file(key)))
         finally:
             weights.close()
         files = {record.pop("path"): record for record in
@@ -130,13 +159,17 @@ def compile_app(app: App, folder: Path | None = None) -> dict[str, Any]:
         manifest: dict[str, Any] = {
             "format": FORMAT, "sbrs": __version__, "app": app.name,
             "inputs": [input_record(path, folder.parent) for path in input_files(app)],
-            "options": {"granularity": plan.granularity, "transition": mode, "transition_arena": arena},
+            "options": {"granularity": plan.granularity, "transition": mode, "transition_arena": arena}
+            if reduced is None else {"granularity": "parts", "transition": mode, "transition_arena": "shared"},
             "config": app.config.to_dict(),
             "plan": run_plan.to_dict(), "shadow": dict(shadow) if shadow is not None else None,
             "transitions": transitions.to_dict(),
             "model_bytes": {"params_bytes": params_bytes(app.models.values()),
                             "naive_bytes": sum(naive_buffer_bytes(m) for m in app.models.values())},
-            "scenario_memory_mb": scenario_memory_mb(app, plan),
+            "scenario_memory_mb": scenario_memory_mb(app, plan) if reduced is None else
+            reduced_memory_mb(reduced, {name: params_bytes([m]) for name, m in app.models.items()}),
+            "memory_limit_bytes": None if reduction is None else int(reduction["memory_limit_bytes"]),
+            "reduced": None if reduced is None else reduced.to_dict(),
             "weights_bytes": (staging / WEIGHTS).stat().st_size,
             "files": files,
         }

@@ -26,7 +26,11 @@ Metrics (``MetricsObserver.METRICS`` lists the names):
 - Memory figures of the plan, in bytes, NaN until ``started`` reports them (the ``facts`` keys in brackets,
   see ``FACT_GAUGES``): ``sbrs_arena_bytes`` [arena_bytes], ``sbrs_parameters_bytes`` [params_bytes],
   ``sbrs_naive_buffer_bytes`` [naive_bytes], ``sbrs_reuse_buffer_bytes`` [reuse_bytes],
-  ``sbrs_buffer_lower_bound_bytes`` [lower_bound_bytes].
+  ``sbrs_buffer_lower_bound_bytes`` [lower_bound_bytes]; and the runtime's ``memory_report()``:
+  ``sbrs_memory_params_bytes`` [memory_params_bytes], ``sbrs_memory_arena_bytes`` (allocated)
+  [memory_arena_bytes], ``sbrs_memory_total_bytes`` [memory_total_bytes], ``sbrs_memory_limit_bytes``
+  [memory_limit_bytes; NaN without ``memory_limit_mb``], ``sbrs_memory_planned_arena_bytes``
+  [memory_planned_arena_bytes].
 - ``sbrs_environment_battery_ratio`` (0..1), ``sbrs_environment_min_fps``,
   ``sbrs_environment_energy_budget_joules`` (per frame): the last environment values, NaN when unknown.
 - ``sbrs_build_info{version, onnxruntime, providers}``: constant 1 (``providers`` comma-separated).
@@ -79,6 +83,13 @@ FACT_GAUGES: dict[str, tuple[str, str]] = {
     "reuse_bytes": ("sbrs_reuse_buffer_bytes", "Buffer bytes under Algorithm 8 shared buffers"),
     "lower_bound_bytes": ("sbrs_buffer_lower_bound_bytes",
                           "Lower bound of buffer bytes: largest total of tensors live at once"),
+    "memory_params_bytes": ("sbrs_memory_params_bytes",
+                            "Bytes of unique parameters of the scenarios the runtime runs (memory_report)"),
+    "memory_arena_bytes": ("sbrs_memory_arena_bytes", "Bytes of the arena the runtime really allocated"),
+    "memory_total_bytes": ("sbrs_memory_total_bytes", "Parameter bytes plus allocated arena bytes"),
+    "memory_limit_bytes": ("sbrs_memory_limit_bytes", "The app's memory_limit_mb in bytes; NaN without a limit"),
+    "memory_planned_arena_bytes": ("sbrs_memory_planned_arena_bytes",
+                                   "Bytes of the arena the runtime's plan asked for (planned)"),
 }
 """``started`` facts key → (gauge name, help). Missing or non-numeric facts leave the gauge NaN."""
 

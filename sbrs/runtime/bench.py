@@ -64,6 +64,7 @@ def measure_throughput(app_path: str, *, frames: int, repeats: int, granularity:
     rng = np.random.default_rng(0)
     frame = rng.standard_normal(app.config.input.shape).astype(app.config.input.dtype)
     scenarios: dict[str, Any] = {}
+    facts = runtime.facts()  # units or band calls (``sbrs.runtime.reduced``): the same figures
     with runtime:
         for scenario in app.config.scenarios:
             session = create_session(scenario.model_path, runtime.providers)
@@ -86,8 +87,8 @@ def measure_throughput(app_path: str, *, frames: int, repeats: int, granularity:
             fps, baseline = statistics.median(sbrs_fps), statistics.median(ort_fps)
             scenarios[scenario.name] = {"fps": round(fps, 3), "ort_fps": round(baseline, 3),
                                         "ratio": round(fps / baseline, 4),
-                                        "units_per_frame": len(runtime.plan.sequences[scenario.name])}
-        return {"app": app.name, "granularity": runtime.plan.granularity, "units": len(runtime.plan.units),
+                                        "units_per_frame": facts["steps"][scenario.name]}
+        return {"app": app.name, "granularity": facts["granularity"], "units": facts["units"],
                 "arena_bytes": runtime.arena_bytes, "frames": frames, "repeats": repeats,
                 "threads": runtime.thread_pool.requested, "scenarios": scenarios}
 
@@ -150,11 +151,10 @@ def rss_child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
     """In a fresh interpreter: the app's verified build in sbrs, as ``sbrs run`` runs it, every scenario run."""
     if mode != "sbrs":
         raise ValueError(f"unknown memory probe {mode!r}")
-    from sbrs.build.artifact import load_build
-    from sbrs.runtime.executor import Runtime
+    from sbrs.build.artifact import load_build, runtime_of_build
 
     build = load_build(argument["app"])
-    runtime = Runtime(build=build)
+    runtime = runtime_of_build(build)
     frame = np.zeros(build.config.input.shape, build.config.input.dtype)
     for scenario in runtime.scenarios:
         runtime.switch(scenario)
@@ -243,8 +243,9 @@ def format_report(report: dict[str, Any]) -> str:
             steady, peak = report[f"rss_ratio_vs_{name}"], report[f"peak_rss_ratio_vs_{name}"]
             lines.append(f"{label:<34} {report[f'{name}_rss_bytes'] / 1e6:>10.1f} "
                          f"{report[f'{name}_peak_rss_bytes'] / 1e6:>10.1f} {_ratio(steady):>15} {_ratio(peak):>13}")
-        lines.append(f"planned (a model, not measured): arena of boundary tensors {report['arena_bytes'] / 1e6:.2f} "
-                     "MB; tensors inside execution units are ONNX Runtime's own memory, inside the RSS above")
+        lines.append(f"planned (a model, not measured): arena of the tensors between ONNX Runtime calls (execution "
+                     f"units or band calls) {report['arena_bytes'] / 1e6:.2f} MB; tensors inside a call are ONNX "
+                     "Runtime's own memory, inside the RSS above")
     return "\n".join(lines)
 
 
@@ -435,7 +436,8 @@ def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | No
         if "ort-all" in methods:
             overall["ratios"] = {m: round(overall[m]["mean_s"] / overall["ort-all"]["mean_s"], 4)
                                  for m in methods if m != "ort-all"}
-        return {"app": runtime.plan.app, "granularity": runtime.plan.granularity, "repeats": repeats,
+        facts = runtime.facts()
+        return {"app": facts["app"], "granularity": facts["granularity"], "repeats": repeats,
                 "transition_arena": runtime.transitions.arena, "schedule": runtime.transition_schedule,
                 "arena_bytes": runtime.arena_bytes, "methods": list(methods), "overall": overall, "pairs": pairs}
 

@@ -111,6 +111,24 @@ def build_unit_plan(app: App, granularity: str | None = None, moc: Moc | None = 
     return plan_layout(layout, app=app.name, granularity=chosen, adaptive=tuple(app.config.adaptive))
 
 
+def runtime_options(config: AppConfig, transition: str | None, transition_arena: str | None,
+                    transition_schedule: str) -> tuple[str, str]:
+    """The transition mode and transition arena a runtime of ``config`` runs with (``Runtime``'s options,
+    checked: an unknown value is an ``InputError``)."""
+    mode = transition or config.runtime.transition
+    if mode not in TRANSITION_MODES:
+        raise InputError(f"unknown transition '{mode}' (allowed: {', '.join(TRANSITION_MODES)})",
+                         field="runtime.transition")
+    transition_arena = transition_arena or ("shadow" if mode == "sbrs-tp" else "shared")
+    if transition_arena not in TRANSITION_ARENAS:
+        raise InputError(f"unknown transition arena '{transition_arena}' (allowed: "
+                         f"{', '.join(TRANSITION_ARENAS)})", field="transition_arena")
+    if transition_schedule not in TRANSITION_SCHEDULES:
+        raise InputError(f"unknown transition schedule '{transition_schedule}' (allowed: "
+                         f"{', '.join(TRANSITION_SCHEDULES)})", field="transition_schedule")
+    return mode, transition_arena
+
+
 class Runtime:
     """An app's scenarios, ready to run frames (Python API of DESIGN.md, "Interfaces").
 
@@ -133,28 +151,15 @@ class Runtime:
         if (app is None) == (build is None):
             raise TypeError("Runtime needs exactly one of app and build")
         config: AppConfig = app.config if app is not None else build.config  # type: ignore[union-attr]
-        mode = transition or config.runtime.transition
-        if mode not in TRANSITION_MODES:
-            raise InputError(f"unknown transition '{mode}' (allowed: {', '.join(TRANSITION_MODES)})",
-                             field="runtime.transition")
-        transition_arena = transition_arena or ("shadow" if mode == "sbrs-tp" else "shared")
-        if transition_arena not in TRANSITION_ARENAS:
-            raise InputError(f"unknown transition arena '{transition_arena}' (allowed: "
-                             f"{', '.join(TRANSITION_ARENAS)})", field="transition_arena")
-        if transition_schedule not in TRANSITION_SCHEDULES:
-            raise InputError(f"unknown transition schedule '{transition_schedule}' (allowed: "
-                             f"{', '.join(TRANSITION_SCHEDULES)})", field="transition_schedule")
+        mode, transition_arena = runtime_options(config, transition, transition_arena, transition_schedule)
+        if build is not None and build.reduced is not None:
+            raise InputError("the build runs by parts (band calls, not units): open it with "
+                             "sbrs.build.artifact.runtime_of_build or app.runtime()", field="build")
         if build is not None and not build.matches(granularity, mode, transition_arena):
             raise InputError(f"the build was compiled for granularity {build.granularity}, transition "
                              f"{build.transition}, arena {build.transition_arena}; run `sbrs build` with the "
                              f"options wanted or load the app", field="build")
-        self.transition_schedule = transition_schedule
-        self.observers = observers if isinstance(observers, Observers) else Observers(observers)
-        self.node = ControlNode(tuple(s.name for s in config.scenarios), config.initial, mode=mode,
-                                observers=self.observers)
-        self.providers = resolve_providers(tuple(config.runtime.providers), where=config.path)
-        self.device = device_of(self.providers)
-        self.thread_pool: ThreadPool = use_global_thread_pool(config.runtime.threads)
+        self._start(config, mode, transition_schedule, observers)
         shadow: Mapping[str, int] | None
         self.transitions: TransitionPlan
         if build is not None:
@@ -174,17 +179,7 @@ class Runtime:
             if transition_arena == "shadow":
                 self.plan, shadow = plan_shadow(self.plan)
             self.transitions = build_transition_plan(self.plan, arena=transition_arena, shadow=shadow)
-        self.input_specs = {config.input.name: (tuple(config.input.shape), np.dtype(config.input.dtype))}
-        self._lock = threading.Lock()
-        self._closed = False
-        self._worker: ThreadPoolExecutor | None = None
-        # bookkeeping of frames already handed to the caller: (scenario, seconds, switch request, its record)
-        self._unsettled: list[tuple[str, float, SwitchRequest | None, SwitchRecord | None]] = []
-        self._bindings: dict[tuple[str, int], tuple[list[tuple[str, int, int]], list[tuple[str, int, int]]]] = {}
-
         specs = {t.id: t.spec for t in self.plan.tensors}
-        self._bound_ranges: list[tuple[str, int, int]] = []  # (tensor, start, end) of every binding, from base
-        self._sessions: dict[str, ort.InferenceSession] = {}
         for unit in self.plan.units:
             if build is not None:  # ONNX Runtime reads the unit file and the shared weights file itself
                 self._sessions[unit.id] = create_session(build.unit_path(unit.id), self.providers)
@@ -195,17 +190,41 @@ class Runtime:
                 self._sessions[unit.id] = create_session(unit_model(app.models, moc, unit, specs, app.name),
                                                          self.providers)
         self._arena = ArenaMemory(self.plan.arena_bytes, self.device, self.plan.alignment)
-        self._calls: dict[str, tuple[Callable[[], Any], ...]] = {
+        self._calls = {
             scenario: tuple(self._bound_call(scenario, unit_id, step) for step, unit_id in enumerate(calls, 1))
             for scenario, calls in self.plan.sequences.items()}
-        self._copy_in: dict[str, Callable[[np.ndarray], None]] = {}
-        self._copy_out: dict[str, dict[str, Callable[[], np.ndarray]]] = {}
         self._bind_frame_io(config.input.name)
         # a transition's new frame: the same calls, or calls bound to the shadow slots
         self._new_calls, self._new_copy_in, self._new_copy_out = self._calls, self._copy_in, self._copy_out
         if shadow is not None:
             self._bind_shadow(shadow, config.input.name)
         self.node.loaded(self.facts())
+
+    def _start(self, config: AppConfig, mode: str, transition_schedule: str,
+               observers: Iterable[RunObserver]) -> None:
+        """What every way of executing a plan shares: the control node, providers, the thread pool, the lock and
+        the (empty) tables of calls and frame I/O that the engine (``_execute``, ``_Transition``) runs."""
+        self.transition_schedule = transition_schedule
+        self.observers = observers if isinstance(observers, Observers) else Observers(observers)
+        self.node = ControlNode(tuple(s.name for s in config.scenarios), config.initial, mode=mode,
+                                observers=self.observers)
+        self.providers = resolve_providers(tuple(config.runtime.providers), where=config.path)
+        self.device = device_of(self.providers)
+        self.thread_pool: ThreadPool = use_global_thread_pool(config.runtime.threads)
+        self.memory_limit_bytes: int | None = (None if config.memory_limit_mb is None
+                                               else int(config.memory_limit_mb * 1e6))
+        self.input_specs = {config.input.name: (tuple(config.input.shape), np.dtype(config.input.dtype))}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._worker: ThreadPoolExecutor | None = None
+        # bookkeeping of frames already handed to the caller: (scenario, seconds, switch request, its record)
+        self._unsettled: list[tuple[str, float, SwitchRequest | None, SwitchRecord | None]] = []
+        self._bindings: dict[tuple[str, int], tuple[list[tuple[str, int, int]], list[tuple[str, int, int]]]] = {}
+        self._bound_ranges: list[tuple[str, int, int]] = []  # (tensor, start, end) of every binding, from base
+        self._sessions: dict[str, ort.InferenceSession] = {}
+        self._calls: dict[str, tuple[Callable[[], Any], ...]] = {}
+        self._copy_in: dict[str, Callable[[np.ndarray], None]] = {}
+        self._copy_out: dict[str, dict[str, Callable[[], np.ndarray]]] = {}
 
     # -- building ---------------------------------------------------------------------------------------
 
@@ -343,7 +362,42 @@ class Runtime:
                 **self._model_bytes,
                 "granularity": self.plan.granularity, "transition": self.node.mode,
                 "transition_arena": self.transitions.arena, "scenarios": list(self.plan.scenarios),
-                "steps": {s: len(seq) for s, seq in self.plan.sequences.items()}}
+                "steps": {s: len(seq) for s, seq in self.plan.sequences.items()}, **self._memory_facts()}
+
+    #: How this runtime executes its plan (``memory_report``): whole execution units, or band calls by parts.
+    execution = "units"
+
+    def memory_report(self) -> dict[str, Any]:
+        """What this runtime holds, in bytes (DESIGN.md, "Interfaces"; thesis Eq. 2.5: m = m_par + m_buf).
+
+        ``params_bytes``: the unique parameter bytes of the scenarios it runs (Eq. 2.6; a tensor shared by
+        scenarios counts once); ``arena_bytes``: the arena it really allocated; ``total_bytes``: their sum;
+        ``limit_bytes``: the app's ``memory_limit_mb`` (None without one) and ``within_limit``. Planned figures
+        carry ``planned`` in their names: ``planned_arena_bytes`` (the arena the plan asked for) and
+        ``planned_lower_bound_bytes`` (its lower bound). ``arena_holds`` says which tensors the arena holds:
+        tensors inside one ONNX Runtime call are ONNX Runtime's own memory, and so are its copies of the
+        weights (``sbrs bench`` measures the process).
+        """
+        params = int(self._model_bytes["params_bytes"])
+        arena = int(self._arena.nbytes)
+        limit = self.memory_limit_bytes
+        return {"execution": self.execution, "params_bytes": params, "arena_bytes": arena,
+                "total_bytes": params + arena, "limit_bytes": limit,
+                "within_limit": None if limit is None else params + arena <= limit,
+                **self._planned_memory(), "transition": self.node.mode, "transition_arena": self.transitions.arena,
+                "arena_holds": self._arena_holds()}
+
+    def _planned_memory(self) -> dict[str, int | None]:
+        return {"planned_arena_bytes": self.plan.arena_bytes, "planned_lower_bound_bytes": self.plan.arena_lower_bound}
+
+    def _arena_holds(self) -> str:
+        return "tensors between execution units (tensors inside a unit are ONNX Runtime's)"
+
+    def _memory_facts(self) -> dict[str, Any]:
+        """``memory_report`` figures as ``memory_*`` facts (the ``sbrs_memory_*`` gauges)."""
+        report = self.memory_report()
+        return {f"memory_{key}": report[key] for key in
+                ("params_bytes", "arena_bytes", "total_bytes", "limit_bytes", "planned_arena_bytes")}
 
     def bound_accesses(self, *, new_frame: bool = False) -> dict[str, tuple[Any, ...]]:
         """Each scenario's steps as the bytes really bound (``StepAccess``, offsets from the arena's base):
@@ -363,8 +417,8 @@ class Runtime:
         An unknown name is an ``InputError`` and changes nothing. The frame in flight finishes on the old
         scenario; under SBRS-TP and ``process`` the next frame may start before it ends (module docstring).
         """
-        if scenario not in self.plan.sequences:
-            raise InputError(f"unknown scenario '{scenario}' (scenarios: {', '.join(self.plan.scenarios)})",
+        if scenario not in self._calls:
+            raise InputError(f"unknown scenario '{scenario}' (scenarios: {', '.join(self.scenarios)})",
                              field="switch")
         self.node.request(scenario, source)
 

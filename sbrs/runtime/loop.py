@@ -100,6 +100,7 @@ class RunSummary:
 
     arena_bytes: int
     frames: dict[str, int] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)  # the runtime's ``memory_report()``
     seconds: float = 0.0
     interrupted: bool = False
     switch_count: int = 0
@@ -125,7 +126,7 @@ class RunSummary:
                 "interrupted": self.interrupted, "switches": self.switch_count,
                 "mean_response_delay_s": round(self.switch_delay_total_s / self.switch_count, 6)
                 if self.switch_count else None,
-                "recent_switches": [record.to_dict() for record in self.recent_switches]}
+                "recent_switches": [record.to_dict() for record in self.recent_switches], "memory": dict(self.memory)}
 
     def to_text(self) -> str:
         per_scenario = ", ".join(f"{name} {count}" for name, count in self.frames.items()) or "none"
@@ -133,8 +134,19 @@ class RunSummary:
         switched = (f"; {self.switch_count} switches, response delay mean "
                     f"{self.switch_delay_total_s / self.switch_count * 1e3:.3f} ms" if self.switch_count else "")
         return (f"sbrs run: {self.total_frames} frames in {self.seconds:.3f} s, {self.fps:.1f} fps{stopped}; "
-                f"frames per scenario: {per_scenario}{switched}; arena {self.arena_bytes} bytes (tensors between "
-                f"execution units; tensors inside units are ONNX Runtime's own memory)")
+                f"frames per scenario: {per_scenario}{switched}; {self.memory_text()}")
+
+    def memory_text(self) -> str:
+        """The memory figures of the summary line (``Runtime.memory_report``)."""
+        memory = self.memory
+        if not memory:
+            return f"arena {self.arena_bytes} bytes"
+        limit = memory.get("limit_bytes")
+        bound = "" if limit is None else (f" of a {limit / 1e6:.3f} MB limit" + ("" if memory.get("within_limit")
+                                                                              else " (over the limit)"))
+        return (f"memory: parameters {memory['params_bytes'] / 1e6:.3f} MB + arena {memory['arena_bytes'] / 1e6:.3f} "
+                f"MB = {memory['total_bytes'] / 1e6:.3f} MB{bound} (execution by {memory.get('execution')}, "
+                f"transition {memory.get('transition')}; the arena holds {memory.get('arena_holds')})")
 
 
 def run_frames(runtime: Runtime, frames: Iterable[np.ndarray], *, limit: int | None = None,
@@ -142,7 +154,7 @@ def run_frames(runtime: Runtime, frames: Iterable[np.ndarray], *, limit: int | N
                stop: threading.Event | None = None, order: str = "completion") -> RunSummary:
     """Run ``frames`` (at most ``limit``) through ``runtime.process`` until they end or ``stop`` is set;
     ``on_frame`` gets the frames in ``order`` (``Runtime.process``)."""
-    summary = RunSummary(arena_bytes=runtime.arena_bytes)
+    summary = RunSummary(arena_bytes=runtime.arena_bytes, memory=runtime.memory_report())
     stop = stop or threading.Event()
 
     def feed() -> Iterator[np.ndarray]:
@@ -229,9 +241,10 @@ def json_lines_writer(stream: IO[str]) -> Callable[[FrameRecord], None]:
 def run_app(app_path: str, *, frames: int | None, source: str | None, output: str | None, seed: int,
             granularity: str | None = None, transition: str | None = None, socket_path: str | None = None,
             listen: str | None = None, no_socket: bool = False, order: str = "completion",
-            observers: Iterable[RunObserver] = ()) -> int:
+            observers: Iterable[RunObserver] = (), summary_path: str | None = None) -> int:
     """``sbrs run``: load the app, serve the control socket, run frames (JSON lines to stdout or ``output``),
-    the summary to stderr. ``observers`` (``RunObserver``) get every run event (metrics plug in here)."""
+    the summary to stderr (and as JSON to ``summary_path``). ``observers`` (``RunObserver``) get every run
+    event (metrics plug in here)."""
     from sbrs.build.artifact import open_runtime
     from sbrs.control.controller import PolicyController
     from sbrs.errors import InputError
@@ -267,10 +280,13 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
             server = Server(controller, socket_path, listen=listen, app_name=config.name,
                             stats=ObservedRequestStats(fan_out))
         try:
+            if summary_path:  # fail before the first frame, not after the last
+                open(summary_path, "w", encoding="utf-8").close()
             stream = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
         except OSError as exc:
             runtime.close()
-            raise InputError(f"{output}: cannot write ({exc.strerror})", field="--output") from None
+            raise InputError(f"{exc.filename}: cannot write ({exc.strerror})",
+                             field="--summary" if exc.filename == summary_path else "--output") from None
         writer = json_lines_writer(stream)
 
         def on_frame(record: FrameRecord) -> None:
@@ -296,4 +312,7 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
             if stream is not sys.stdout:
                 stream.close()
         sys.stderr.write(summary.to_text() + "\n")
+        if summary_path:
+            with open(summary_path, "w", encoding="utf-8") as summary_stream:
+                summary_stream.write(json.dumps(summary.to_dict(), allow_nan=False) + "\n")
     return 0

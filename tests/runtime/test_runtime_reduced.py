@@ -1,0 +1,198 @@
+"""Processing by parts inside the one runtime (``sbrs.runtime.reduced``): an app with ``memory_limit_mb`` runs
+band calls behind the ``Runtime`` API, within its limit, with outputs equal to ONNX Runtime on each scenario's
+own model (invariant 1), in steady state and on both frames around every switch, under SBRS-TP and naive.
+
+The app is tests/data/limited/limited.yaml (two zoo CIFAR ResNet-14 scenarios, 0.87 MB limit against 0.89 MB
+unreduced), built once per module with a small search (``sbrs build --generations 6 --population 12``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sbrs.app import App, load_app
+from sbrs.cli import main
+from sbrs.runtime.executor import Runtime
+from sbrs.runtime.reduced import ReducedRuntime, parts_accesses
+from sbrs.runtime.transition import check_schedule, hazard_waits
+from tests.runtime.conftest import References, assert_equivalent, random_frame
+
+LIMITED = Path(__file__).resolve().parents[1] / "data" / "limited" / "limited.yaml"
+SMALL_SEARCH = ("--generations", "6", "--population", "12")
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the limited app with its build (band calls) beside it."""
+    path = tmp_path_factory.mktemp("limited") / "limited.yaml"
+    shutil.copy(LIMITED, path)
+    assert main(["build", str(path), "--json", *SMALL_SEARCH]) == 0
+    return path
+
+
+@pytest.fixture(scope="module")
+def app(limited: Path) -> App:
+    return load_app(limited)
+
+
+@pytest.fixture(scope="module")
+def refs(app: App) -> References:
+    return References(app)
+
+
+@pytest.fixture(scope="module")
+def runtime(app: App) -> ReducedRuntime:
+    rt = app.runtime()
+    assert isinstance(rt, ReducedRuntime)
+    return rt
+
+
+def test_every_scenario_runs_within_the_limit_and_equals_onnx_runtime(runtime: ReducedRuntime, app: App,
+                                                                      refs: References) -> None:
+    report = runtime.memory_report()
+    assert report["execution"] == "parts" and report["limit_bytes"] == 870_000
+    assert report["params_bytes"] + report["arena_bytes"] <= report["limit_bytes"]
+    assert report["within_limit"] is True and report["total_bytes"] == report["params_bytes"] + report["arena_bytes"]
+    assert report["arena_bytes"] == runtime._arena.nbytes == runtime.arena_bytes  # what was really allocated
+    assert report["planned_arena_bytes"] == runtime.reduced.arena_bytes
+    assert all(runtime.reduced.scenarios[s].band_rows for s in runtime.scenarios), "nothing runs by parts"
+    for scenario in runtime.scenarios:
+        runtime.switch(scenario)
+        for seed in (1, 2):  # the second frame reuses line buffers the first left behind
+            frame = random_frame(app, seed)
+            assert_equivalent(runtime.infer(frame), refs.outputs(scenario, frame), f"{scenario} frame {seed}")
+
+
+def test_tables_come_from_the_bytes_really_bound_and_are_safe(runtime: ReducedRuntime) -> None:
+    plan = runtime.reduced
+    bound = runtime.bound_accesses()
+    planned = {s: parts_accesses(p) for s, p in plan.scenarios.items()}
+    for scenario, steps in planned.items():
+        assert len(bound[scenario]) == len(steps)
+        for got, want in zip(bound[scenario], steps, strict=True):
+            assert {r[1:] for r in got.reads} == {r[1:] for r in want.reads}
+            assert {r[1:] for r in got.writes} == {r[1:] for r in want.writes}
+    for table in plan.transitions.pairs.values():  # the vectorised waits are the reference definition's
+        assert table.wait == hazard_waits(planned[table.old], planned[table.new])
+    waits = {key: table.wait for key, table in plan.transitions.pairs.items()}
+    assert check_schedule(bound, waits, limit=1) == []
+
+
+@pytest.mark.parametrize("schedule", ["priority", "threads"])
+def test_sbrs_tp_switch_at_every_step_keeps_both_frames_equal_to_onnx_runtime(runtime: ReducedRuntime, app: App,
+                                                                               refs: References, schedule: str) -> None:
+    frames = (random_frame(app, 3), random_frame(app, 4))
+    overlapped = 0
+    runtime.transition_schedule = schedule
+    for old in runtime.scenarios:
+        for new in runtime.scenarios:
+            if old == new:
+                continue
+            for step in range(1, len(runtime.reduced.scenarios[old].calls) + 1, 3):
+                runtime.switch(old)
+                runtime.infer(frames[0])
+                results = sorted(runtime._process(frames, inject=(step, new)), key=lambda r: r.index)
+                assert [r.scenario for r in results] == [old, new]
+                record = results[1].switch
+                assert record is not None and record.mode == "sbrs-tp"
+                overlapped += record.overlapped_steps > 0
+                for result, frame in zip(results, frames, strict=True):
+                    assert_equivalent(result.outputs, refs.outputs(result.scenario, frame),
+                                      f"{old}->{new} SSR at step {step}")
+    runtime.transition_schedule = "priority"
+    assert overlapped > 0, "no transition overlapped the old frame"
+    report = runtime.memory_report()
+    assert report["transition_cut"] is not None and report["transition_overlap_pairs"] == 2
+
+
+def test_naive_switching_by_parts(app: App, refs: References) -> None:
+    with app.runtime(transition="naive") as rt:
+        assert isinstance(rt, ReducedRuntime) and rt.transition == "naive"
+        frames = [random_frame(app, seed) for seed in range(4)]
+        rt.switch("full")
+        rt.infer(frames[0])
+        results = list(rt._process(frames, inject=(5, "skip")))
+        assert [r.scenario for r in results] == ["full", "skip", "skip", "skip"]
+        assert results[1].switch is not None and results[1].switch.overlapped_steps == 0
+        for result in results:
+            assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]), "naive")
+
+
+def test_facts_carry_the_memory_report_for_the_metrics(runtime: ReducedRuntime) -> None:
+    facts = runtime.facts()
+    report = runtime.memory_report()
+    assert facts["granularity"] == "parts" and facts["steps"]["full"] == len(runtime.reduced.scenarios["full"].calls)
+    for key in ("params_bytes", "arena_bytes", "total_bytes", "limit_bytes", "planned_arena_bytes"):
+        assert facts[f"memory_{key}"] == report[key]
+    pytest.importorskip("prometheus_client")
+    from sbrs.metrics.observer import MetricsObserver
+
+    observer = MetricsObserver(list(runtime.scenarios), process_metrics=False)
+    observer.started("full", facts)
+    samples = {s.name: s.value for metric in observer.registry.collect() for s in metric.samples}
+    assert samples["sbrs_memory_arena_bytes"] == report["arena_bytes"]
+    assert samples["sbrs_memory_limit_bytes"] == 870_000
+
+
+def test_a_bad_frame_or_scenario_changes_nothing(runtime: ReducedRuntime, app: App, refs: References) -> None:
+    from sbrs.errors import InputError
+
+    runtime.switch("skip")
+    with pytest.raises(InputError):
+        runtime.infer(np.zeros((1, 3, 16, 16), np.float32))
+    with pytest.raises(InputError):
+        runtime.switch("nope")
+    frame = random_frame(app, 9)
+    assert_equivalent(runtime.infer(frame), refs.outputs("skip", frame), "after bad input")
+
+
+def test_the_unit_runtime_reports_its_memory_too(load_example: Callable[[str], App]) -> None:
+    with Runtime(load_example("tiny")) as rt:
+        report = rt.memory_report()
+    assert report["execution"] == "units" and report["limit_bytes"] is None and report["within_limit"] is None
+    assert report["arena_bytes"] == rt.plan.arena_bytes and report["params_bytes"] > 0
+
+
+def test_without_the_build_the_app_compiles_the_saved_band_heights_in_memory(app: App, runtime: ReducedRuntime,
+                                                                             refs: References) -> None:
+    with app.runtime(use_build=False) as in_memory:
+        assert isinstance(in_memory, ReducedRuntime)
+        assert in_memory.reduced.reduction["band_rows"] == runtime.reduced.reduction["band_rows"]
+        assert in_memory.memory_report()["within_limit"]
+        frame = random_frame(app, 11)
+        for scenario in in_memory.scenarios:
+            in_memory.switch(scenario)
+            assert_equivalent(in_memory.infer(frame), refs.outputs(scenario, frame), f"in memory {scenario}")
+
+
+def test_a_build_by_parts_is_not_a_build_of_units(limited: Path) -> None:
+    from sbrs.build.artifact import load_build
+    from sbrs.errors import InputError
+
+    with pytest.raises(InputError, match="runs by parts"):
+        Runtime(build=load_build(limited))
+
+
+@pytest.mark.parametrize(("transition", "schedule"), [("sbrs-tp", "priority"), ("sbrs-tp", "threads"),
+                                                      ("naive", "priority")])
+def test_switches_from_three_threads_never_lose_a_frame(app: App, refs: References, transition: str,
+                                                        schedule: str) -> None:
+    from tests.runtime.test_switching_stress import DISTINCT_FRAMES, stress
+
+    frames = [random_frame(app, 100 + k) for k in range(DISTINCT_FRAMES)]
+    want = {(s, k): refs.outputs(s, frame) for s in refs.sessions for k, frame in enumerate(frames)}
+    with app.runtime(transition=transition, transition_schedule=schedule) as rt:
+        assert isinstance(rt, ReducedRuntime)
+        for order in ("completion", "stream"):
+            results = stress(rt, frames, 0.4, seed=5, order=order)
+            indices = [r.index for r in results]
+            assert sorted(indices) == list(range(len(results))), f"{transition}/{schedule}/{order}: frames lost"
+            assert len({r.scenario for r in results}) == 2, "the run never switched"
+            for result in results:
+                assert_equivalent(result.outputs, want[(result.scenario, result.index % DISTINCT_FRAMES)],
+                                  f"{transition}/{schedule}/{order} frame {result.index} on {result.scenario}")
