@@ -22,7 +22,11 @@ FAST = ["--population", "8", "--generations", "2", "--cost", "analytic"]
 
 
 def build(tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str, str]:
-    code = main(["build", TINY, "--plan", str(tmp_path / "tiny.plan.json"), *extra])
+    # a copy of the app: its build folder (reduced, for the limit) is written beside it, never into apps/
+    app = tmp_path / "tiny.yaml"
+    if not app.exists():
+        app.write_text(Path(TINY).read_text())
+    code = main(["build", str(app), "--plan", str(tmp_path / "tiny.plan.json"), *extra])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
