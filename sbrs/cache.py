@@ -72,8 +72,9 @@ def cached_file(kind: str, name: str, key: str, produce: Callable[[], bytes], su
     except (OSError, UnicodeDecodeError):
         fresh = False
     if not fresh:
+        content = produce()  # its own errors (a bad zoo option, say) are the user's, not the cache's
         try:
-            write_atomic(path, produce())
+            write_atomic(path, content)
             write_atomic(stamp, _stamp_of(path).encode("ascii"))
         except InputError as exc:
             raise InputError(f"the model cache cannot be written: {exc.detail}; set SBRS_CACHE_DIR to a "

@@ -129,6 +129,13 @@ def _zoo_export_unwritable(folder: Path) -> list[str]:
     return ["zoo", "export", "har_cnn", "-o", str(blocker / "model.onnx")]
 
 
+def _bad_zoo_option(folder: Path) -> list[str]:
+    path = folder / "zoo.yaml"
+    path.write_text("name: zoo\ninput: {name: input, shape: [1, 3, 32, 32], dtype: float32}\nscenarios:\n"
+                    "  - {name: a, zoo: {name: cifar_resnet, drop_blocks: [3]}, requirements: {accuracy: 1.0}}\n")
+    return ["check", str(path)]
+
+
 #: (issue 14 row, probe, what the one line must name)
 CLI_ROWS: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("1 YAML alias bomb", _alias_bomb, "aliases expanded"),
@@ -143,7 +150,14 @@ CLI_ROWS: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("10 --listen with --no-socket", _listen_without_socket, "--listen"),
     ("12 0-byte .onnx", _empty_onnx, "empty file"),
     ("7 a file in the way of a zoo export", _zoo_export_unwritable, "is not a directory"),
+    ("12 a zoo option out of range", _bad_zoo_option, "block 3 has no identity shortcut"),
 ]
+
+
+def test_a_bad_zoo_option_is_not_called_a_cache_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(_bad_zoo_option(tmp_path)) == 2
+    error = capsys.readouterr().err
+    assert "droppable" in error and "cache" not in error and "SBRS_CACHE_DIR" not in error, error
 
 
 @pytest.mark.parametrize(("row", "probe", "named"), CLI_ROWS, ids=[row for row, _, _ in CLI_ROWS])
