@@ -292,6 +292,8 @@ def open_runtime(app_path: str | Path, *, granularity: str | None = None, transi
     mode = transition or build.config.runtime.transition
     arena = build.transition_arena if mode == build.transition else "shadow" if mode == "sbrs-tp" else "shared"
     if build.matches(granularity, mode, arena):
+        if build.reduced is not None and granularity is not None:
+            say(f"sbrs run: the app runs by parts under its memory limit; --granularity {granularity} does not apply")
         runtime = runtime_of_build(build, granularity=granularity, transition=transition, observers=observers)
         return runtime, build.config, build.scenario_memory_mb
     say(f"sbrs run: the build is for granularity {build.granularity}, transition {build.transition}; "

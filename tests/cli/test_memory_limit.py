@@ -134,3 +134,9 @@ def test_an_unwritable_summary_is_refused_before_the_first_frame(built: Path, tm
     result = _sbrs("run", str(built), "--frames", "2", "--no-socket", "--summary", str(tmp_path / "no" / "s.json"))
     assert result.returncode == 2 and result.stdout == ""
     assert "--summary" in result.stderr and "cannot write" in result.stderr
+
+
+def test_a_granularity_asked_of_a_build_by_parts_is_reported_unused(built: Path) -> None:
+    result = _sbrs("run", str(built), "--frames", "1", "--no-socket", "--granularity", "layer")
+    assert result.returncode == 0, result.stderr
+    assert "--granularity layer does not apply" in result.stderr
