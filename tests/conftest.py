@@ -7,7 +7,10 @@ sessions with ``ort_session``, on the same global pool, so tests may run in any 
 
 from __future__ import annotations
 
+import ast
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,3 +40,26 @@ def ort_session(model: onnx.ModelProto | str | Path) -> ort.InferenceSession:
     use_global_thread_pool(None)
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
     return ort.InferenceSession(source, session_options(), providers=["CPUExecutionProvider"])
+
+
+#: Modules the run of a build never needs (sbrs.build.artifact's docstring).
+FORBIDDEN = ("onnx", "pydantic", "sbrs.zoo", "sbrs.reduction", "deap", "sbrs.model.onnx_import",
+             # compile-time stages and file parsing: a build carries their results
+             "yaml", "sbrs.moc.derive", "sbrs.memory.arena", "sbrs.plan.plan", "sbrs.runtime.layout",
+             "sbrs.runtime.parts",
+             # the control socket's event loop, with --no-socket
+             "asyncio", "sbrs.server.server")
+
+
+def modules_a_run_loads(app: Path, forbidden: tuple[str, ...] = FORBIDDEN) -> list[str]:
+    """Which of ``forbidden`` a fresh process running 3 frames of ``app``'s build (``--no-socket``) imports."""
+    code = f"""
+import sys
+from sbrs.cli import main
+assert main(["run", {str(app)!r}, "--frames", "3", "--no-socket"]) == 0
+print("LOADED", sorted(m for m in {forbidden!r} if m in sys.modules))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300)
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if line.startswith("LOADED "))
+    return list(ast.literal_eval(line.removeprefix("LOADED ")))
