@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -22,11 +23,23 @@ def _attribute(key: str, value: Any) -> onnx.AttributeProto:
     return helper.make_attribute(key, value)
 
 
-def make_node(layer: Layer) -> onnx.NodeProto:
-    node = helper.make_node(layer.op, list(layer.operands), list(layer.outputs), name=layer.name,
-                            domain=layer.domain or None)
+def make_node(layer: Layer, outputs: Sequence[str] | None = None) -> onnx.NodeProto:
+    node = helper.make_node(layer.op, list(layer.operands), list(layer.outputs if outputs is None else outputs),
+                            name=layer.name, domain=layer.domain or None)
     node.attribute.extend(_attribute(key, value) for key, value in layer.attributes.items())
     return node
+
+
+def make_nodes(layer: Layer) -> list[onnx.NodeProto]:
+    """The ONNX nodes of ``layer``: one, or its op followed by its ``fused`` activations (``sbrs.model.fold``)."""
+    if not layer.fused:
+        return [make_node(layer)]
+    chain = [layer, *layer.fused]
+    nodes = []
+    for current, after in pairwise(chain):
+        nodes.append(make_node(current, (after.operands[0],)))
+    nodes.append(make_node(chain[-1], layer.outputs))
+    return nodes
 
 
 def _value_info(name: str, spec: TensorSpec) -> onnx.ValueInfoProto:
@@ -37,7 +50,7 @@ def build_graph_model(layers: Sequence[Layer], inputs: Iterable[tuple[str, Tenso
                       outputs: Iterable[tuple[str, TensorSpec]], weights: WeightStore,
                       opset_imports: dict[str, int], name: str = "sbrs") -> onnx.ModelProto:
     """An ONNX model running ``layers`` (compute layers, topological order) from ``inputs`` to ``outputs``."""
-    nodes = [make_node(layer) for layer in layers]
+    nodes = [node for layer in layers for node in make_nodes(layer)]
     initializers: dict[str, onnx.TensorProto] = {}
     for layer in layers:
         for param in layer.params:

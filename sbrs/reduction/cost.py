@@ -85,7 +85,9 @@ class AnalyticCostModel:
 def layer_key(layer: Layer) -> str:
     """Configuration key of a layer for measured costs: op, shapes and Table 2.1 attributes (not the name)."""
     text = json.dumps([layer.op, layer.input_shapes, layer.output_shapes, layer.kernel, layer.stride, layer.pads,
-                       layer.dilation, layer.groups, sorted((k, str(v)) for k, v in layer.attributes.items())],
+                       layer.dilation, layer.groups, sorted((k, str(v)) for k, v in layer.attributes.items()),
+                       *([[f.op, sorted((k, str(v)) for k, v in f.attributes.items())] for f in layer.fused]
+                         if layer.fused else [])],
                       default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 

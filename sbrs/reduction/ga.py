@@ -20,6 +20,11 @@ Algorithm 9 (:func:`reduce_buffers`):
   ``T^c_n``; the chosen one is the member of ``S`` with minimal memory (line 14), else the front member with
   minimal memory (line 16), and the result lists which constraints it fails (``violations``).
 
+Models: both algorithms work on the scenarios with conv→BN→activation folded into one layer
+(:func:`sbrs.model.fold.fold_model`, what ONNX Runtime runs and what thesis Table 2.1 counts), so parameters,
+genes, buffers and band heights (``band_rows``, keyed by the folded layers' names: a convolution keeps its
+name) are those of the folded models.
+
 Reproducibility: every random choice comes from one ``random.Random(seed)`` owned by the call (deap's own
 variation operators draw from the global ``random`` module, so they are not used); deap's non-dominated
 sorting and crowding distance are deterministic. The initial population holds the whole-height and the
@@ -42,6 +47,7 @@ from deap import base, tools
 from sbrs.errors import InputError
 from sbrs.memory import ArenaPlan, Problem, plan_arena
 from sbrs.model.cnn import INPUT_OP, CnnModel, params_bytes
+from sbrs.model.fold import fold_bands, fold_model
 from sbrs.reduction.cost import AnalyticCostModel, CostModel, model_fps
 from sbrs.reduction.csdf import CsdfGraph, cnn_to_csdf
 from sbrs.reduction.phases import full_bands, normalize_bands, phases_of
@@ -67,6 +73,11 @@ Progress = Callable[[int, int], None]
 def _mb(nbytes: int) -> str:
     """Bytes as the megabytes users give limits in (1 MB = 10^6 bytes)."""
     return f"{nbytes / 1e6:.6g} MB"
+
+def _folded(models: Mapping[str, CnnModel]) -> dict[str, CnnModel]:
+    """Every model with conv→BN→activation folded into one layer (``sbrs.model.fold``; idempotent)."""
+    return {s: fold_model(m) for s, m in models.items()}
+
 
 def _scenarios(scenarios: Scenarios) -> dict[str, CnnModel]:
     if isinstance(scenarios, Mapping):
@@ -134,13 +145,14 @@ def plan_reduction(scenarios: Scenarios, band_rows: Mapping[str, Mapping[str, in
     Lines 2-7: phases, CSDF graph and minimum buffers with a schedule per scenario; lines 8-10: the reduced
     buffers of every scenario in one arena (``plan_arena`` over :func:`reduced_problem`).
     """
-    models = _scenarios(scenarios)
+    given = _scenarios(scenarios)
+    models = _folded(given)
     band_rows = band_rows or {}
     unknown = sorted(set(band_rows) - set(models))
     if unknown:
         raise InputError(f"unknown scenario(s) {', '.join(unknown)}", field="band_rows")
     cost = cost or AnalyticCostModel()
-    bands = {s: normalize_bands(m, band_rows.get(s, {})) for s, m in models.items()}
+    bands = {s: normalize_bands(m, fold_bands(given[s], m, band_rows.get(s, {}))) for s, m in models.items()}
     graphs = {s: cnn_to_csdf(m, bands[s], name=s) for s, m in models.items()}
     schedules = {s: schedule_csdf(g) for s, g in graphs.items()}
     problem = reduced_problem(schedules.values(), alignment=alignment)
@@ -428,7 +440,7 @@ def reduce_buffers(scenarios: Scenarios, *, memory_limit: int | None = None,
     generation. A memory limit below every configuration evaluated raises ``InputError`` naming the smallest
     figure reached; fps constraints nobody meets are reported in ``violations``.
     """
-    models = _scenarios(scenarios)
+    models = _folded(_scenarios(scenarios))
     params = params or GaParams()
     cost = cost or AnalyticCostModel()
     min_fps = {s: float(v) for s, v in (min_fps or {}).items()}

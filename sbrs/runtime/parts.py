@@ -64,6 +64,7 @@ from onnx import helper
 from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.memory import ArenaPlan, Block, Live, Problem, check_plan, lower_bound, plan_arena
 from sbrs.model.cnn import INPUT_OP, OUTPUT_OP, CnnModel, Layer, TensorSpec
+from sbrs.model.fold import fold_bands, fold_model
 from sbrs.model.onnx_export import build_graph_model
 from sbrs.reduction.csdf import cnn_to_csdf
 from sbrs.reduction.phases import LayerPhases, normalize_bands
@@ -409,11 +410,17 @@ def _banded_layer(layer: Layer, top: int, bottom: int) -> Layer:
 def call_model(model: CnnModel, parts: ScenarioParts, call: Call) -> onnx.ModelProto:
     """The ONNX model of one call: its layers (band pads applied), rows-layout tensors transposed in and out.
 
+    ``model`` is the folded model the call was compiled from (``compile_parts`` folds what it is given).
+
     A band call's rows-layout inputs and outputs have a symbolic height (``h0``, ``h1`` ... and ``ho``).
     """
     layouts = {b.tensor: b.layout for b in parts.buffers}
     pads = {name: (top, bottom) for name, top, bottom in call.pads}
     layers = [_banded_layer(model.layer(n), *pads[n]) if n in pads else model.layer(n) for n in call.layers]
+    made = {t for layer in layers for t in layer.outputs}
+    if any(t not in made for t, *_ in call.outputs):
+        raise SbrsRuntimeError(f"call {call.layers[0]}..: the model does not produce the call's outputs (pass the "
+                               "folded model, sbrs.model.fold.fold_model, that compile_parts compiled)")
     inputs: list[tuple[str, TensorSpec]] = []
     outputs: list[tuple[str, TensorSpec]] = []
     pre: list[onnx.NodeProto] = []
@@ -457,12 +464,18 @@ def call_model(model: CnnModel, parts: ScenarioParts, call: Call) -> onnx.ModelP
 
 def compile_parts(models: Mapping[str, CnnModel], band_rows: Mapping[str, Mapping[str, int]] | None = None, *,
                   alignment: int = 64) -> PartsPlan:
-    """Every scenario compiled by parts (missing: whole), their buffers planned into one arena and checked."""
+    """Every scenario compiled by parts (missing: whole), their buffers planned into one arena and checked.
+
+    Models are folded first (:func:`sbrs.model.fold.fold_model`; idempotent): band heights name the folded
+    layers, and entries for a BatchNormalization or activation folded into its convolution are dropped.
+    """
     band_rows = band_rows or {}
     unknown = sorted(set(band_rows) - set(models))
     if unknown:
         raise InputError(f"unknown scenario(s) {', '.join(unknown)}", field="band_rows")
-    compiled = {s: compile_scenario(m, band_rows.get(s, {}), name=s) for s, m in models.items()}
+    folded = {s: fold_model(m) for s, m in models.items()}
+    compiled = {s: compile_scenario(f, fold_bands(models[s], f, band_rows.get(s, {})), name=s)
+                for s, f in folded.items()}
     blocks = [Block(f"{s}/{b.tensor}", b.nbytes, (Live(s, b.first_call, b.last_call),))
               for s, parts in compiled.items() for b in parts.buffers]
     problem = Problem(tuple(blocks), frozenset(), alignment)
@@ -494,7 +507,7 @@ class PartsRuntime:
             if app is None:
                 raise InputError("PartsRuntime needs an app or models", field="models")
             models = app.models
-        self._models = dict(models)
+        self._models = {s: fold_model(m) for s, m in models.items()}
         requested = tuple(providers) if providers is not None else (
             tuple(app.config.runtime.providers) if app is not None else ("CPUExecutionProvider",))
         self.providers = resolve_providers(requested)
@@ -503,6 +516,8 @@ class PartsRuntime:
                              "copies)", field="runtime.providers")
         use_global_thread_pool(threads if threads is not None else (
             app.config.runtime.threads if app is not None else None))
+        band_rows = {s: fold_bands(models[s], self._models[s], b) for s, b in (band_rows or {}).items()
+                     if s in self._models} | {s: b for s, b in (band_rows or {}).items() if s not in self._models}
         self.plan = compile_parts(self._models, band_rows)
         self._scenario = initial or (app.config.initial if app is not None else next(iter(self._models)))
         if self._scenario not in self._models:

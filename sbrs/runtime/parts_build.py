@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from sbrs.errors import InputError
 from sbrs.memory import buffers_reuse, check_plan, lower_bound
+from sbrs.model.fold import fold_model
 from sbrs.reduction import AnalyticCostModel, CostModel, GaParams, ReductionResult, plan_reduction, reduce_buffers
 from sbrs.reduction.cost import model_fps
 from sbrs.reduction.phases import full_bands
@@ -67,7 +68,7 @@ def reduce_app(app: App, plan: AppPlan, memory_limit: int, *, min_fps: Mapping[s
     limit (the message names the smallest figure reached). Failing fps constraints are listed in
     ``violations`` (the caller decides the exit status).
     """
-    models = dict(app.models)
+    models = {s: fold_model(m) for s, m in app.models.items()}  # conv→BN→activation as one layer
     params = params or GaParams()
     min_fps = {str(k): float(v) for k, v in (min_fps or {}).items()}
     unknown = sorted(set(min_fps) - set(models))

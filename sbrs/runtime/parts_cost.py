@@ -29,6 +29,7 @@ import onnxruntime as ort
 
 from sbrs.cache import cache_dir, content_key
 from sbrs.model.cnn import CnnModel, Layer
+from sbrs.model.fold import fold_model
 from sbrs.reduction.cost import AnalyticCostModel, MeasuredCostModel, layer_key, layer_work
 from sbrs.reduction.ga import GaParams
 from sbrs.reduction.rows import is_row_local, layer_height
@@ -46,7 +47,7 @@ def device_name() -> str:
 
 def costs_path(models: Mapping[str, CnnModel], candidates: Sequence[int] = GaParams.candidates) -> Path:
     """Where the cost table of ``models`` and ``candidates`` on this machine is cached."""
-    keys = sorted({layer_key(layer) for m in models.values() for layer in m.layers})
+    keys = sorted({layer_key(layer) for m in models.values() for layer in fold_model(m).layers})
     return cache_dir("costs") / f"costs-{content_key(keys, sorted(set(candidates)), device_name())}.json"
 
 
@@ -59,6 +60,7 @@ def measure_costs(models: Mapping[str, CnnModel], candidates: Sequence[int] = Ga
                   repeats: int = 3, progress: Progress | None = None) -> MeasuredCostModel:
     """Measure every layer of ``models`` whole and in bands of each candidate height (module docstring)."""
     bands_list = sorted({int(c) for c in candidates if int(c) > 0} | {0}, reverse=False)
+    models = {s: fold_model(m) for s, m in models.items()}  # what the GA and PartsRuntime see
     measured: list[tuple[Layer, int, float]] = []
     total = len(models) * len(bands_list)
     done = 0

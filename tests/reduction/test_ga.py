@@ -11,6 +11,7 @@ import pytest
 from sbrs import zoo
 from sbrs.errors import InputError
 from sbrs.model import CnnModel, import_model
+from sbrs.model.fold import fold_model
 from sbrs.reduction import (
     AnalyticCostModel,
     GaParams,
@@ -173,8 +174,11 @@ def test_measured_costs_override_and_round_trip(tmp_path: Path) -> None:
 
 
 def test_tied_followers_share_their_producers_gene() -> None:
-    """Batch norm, activations and residual adds follow the gene of the layer whose rows they read 1:1."""
-    model = scenarios()["full"]
+    """Batch norm, activations and residual adds follow the gene of the layer whose rows they read 1:1.
+
+    The search runs on folded models (conv→BN→ReLU6 one layer), so its genes are those of the folded model.
+    """
+    model = fold_model(scenarios()["full"])
     free = reduction_genes({"full": model})
     tied = reduction_genes({"full": model}, tie_followers=True)
     assert len(tied) < len(free)

@@ -17,6 +17,7 @@ from sbrs import zoo
 from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.memory import check_plan
 from sbrs.model import CnnModel, import_model
+from sbrs.model.fold import fold_model
 from sbrs.model.onnx_export import to_onnx
 from sbrs.reduction import maximal_bands, plan_reduction, reduction_genes
 from sbrs.runtime.parts import PartsRuntime, call_model, compile_parts, executable_bands
@@ -77,16 +78,24 @@ def test_band_calls_fuse_conv_batchnorm_activation_and_use_pad_variants() -> Non
     model = zoo_model("mobilenet_v2")
     parts = compile_parts({"m": model}, {"m": maximal_bands(model)}).scenarios["m"]
     head = parts.calls[0]
-    assert head.layers == ("features.0.0", "features.0.1", "features.0.2")  # conv, batch norm, clip: one call
+    assert head.layers == ("features.0.0",)  # conv, batch norm, clip: folded into one layer, one call
     variants = {call.pads for call in parts.calls if call.layers == head.layers}
     assert variants == {(("features.0.0", 0, 0),), (("features.0.0", 1, 0),)}  # 224 rows, stride 2: no bottom pad
     assert len({call.key for call in parts.calls if call.layers == head.layers}) == 2
-    proto = call_model(model, parts, head)
+    with pytest.raises(SbrsRuntimeError, match="folded"):
+        call_model(model, parts, head)
+    proto = call_model(fold_model(model), parts, head)
     dims = [d.dim_param for d in proto.graph.input[0].type.tensor_type.shape.dim]
     assert dims[0] == "h0" and proto.graph.node[0].op_type == "Transpose"
+    assert [n.op_type for n in proto.graph.node] == ["Transpose", "Conv", "Clip", "Transpose"]
+    assert "features.0.0" not in rows_of(parts) and "features.0.1" not in rows_of(parts)  # no BN, no conv tensor
     rows = {b.tensor: b for b in parts.buffers}
     assert rows["features.0.2"].layout == "rows" and rows["features.0.2"].capacity < 112
     assert any(call.moves for call in parts.calls)  # sliding line buffers move their kept rows
+
+
+def rows_of(parts: object) -> set[str]:
+    return {b.tensor for b in parts.buffers}  # type: ignore[attr-defined]
 
 
 def test_whole_configuration_is_one_native_call() -> None:
