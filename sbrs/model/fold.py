@@ -22,14 +22,14 @@ Folding is idempotent; a model with nothing to fold is returned unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 import numpy as np
 
 from sbrs.model.cnn import CnnModel, Edge, Layer, ParamRef, WeightStore, tensor_digest
 
-__all__ = ["FUSABLE_ACTIVATIONS", "fold_bands", "fold_model"]
+__all__ = ["FUSABLE_ACTIVATIONS", "fold_bands", "fold_cuts", "fold_model"]
 
 #: Activations ONNX Runtime's ``FusedConv`` applies inside the convolution (``ConvActivationFusion``).
 FUSABLE_ACTIVATIONS: frozenset[str] = frozenset({"Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid"})
@@ -162,3 +162,9 @@ def fold_bands(model: CnnModel, folded: CnnModel, bands: Mapping[str, int]) -> d
     kept = {layer.name for layer in folded.layers}
     original = {layer.name for layer in model.layers}
     return {name: band for name, band in bands.items() if name in kept or name not in original}
+
+
+def fold_cuts(model: CnnModel, folded: CnnModel, cuts: Iterable[str]) -> tuple[str, ...]:
+    """Cut tensors of ``model`` for ``folded``: tensors folded away (a conv or BN output inside a folded layer)
+    are dropped; every other name is kept as given (an unknown one stays unknown, for the caller to reject)."""
+    return tuple(t for t in dict.fromkeys(cuts) if t in folded.tensors or t not in model.tensors)

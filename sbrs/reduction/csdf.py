@@ -25,10 +25,11 @@ for the thesis' element counts (``V_23 = [384, 192, 192, 256]`` of Section 4.5.2
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from sbrs.errors import InputError
 from sbrs.model.cnn import CnnModel
 from sbrs.reduction.phases import LayerPhases, layer_phases, normalize_bands
 from sbrs.reduction.rows import row_bytes, row_elements, tensor_rows
@@ -85,12 +86,20 @@ class Channel:
 
 @dataclass(frozen=True)
 class CsdfGraph:
-    """``G(A, C)`` of Algorithm 4 plus the per-phase row plan of every layer (for an executor)."""
+    """``G(A, C)`` of Algorithm 4 plus the per-phase row plan of every layer (for an executor).
+
+    ``cuts``: tensors at which the CNN is partitioned (thesis Section 6.4, partitions ``P_p``): a cut
+    tensor's consumers start only once its producer has fired its last phase, so the partitions before and
+    after it run one after the other and their line buffers are never live at once (Algorithm 10, lines
+    2-9: each partition's minimum buffers, then buffer reuse across partitions). The cut tensor itself is
+    held whole.
+    """
 
     name: str
     actors: tuple[Actor, ...]
     channels: tuple[Channel, ...]
     layers: tuple[LayerPhases, ...]
+    cuts: tuple[str, ...] = ()
 
     def actor(self, name: str) -> Actor:
         """The actor called ``name``."""
@@ -125,6 +134,7 @@ class CsdfGraph:
             "actors": [asdict(a) for a in self.actors],
             "channels": [asdict(c) for c in self.channels],
             "layers": [plan.to_dict() for plan in self.layers],
+            "cuts": list(self.cuts),
         }
 
     def to_json(self) -> str:
@@ -132,11 +142,14 @@ class CsdfGraph:
         return json.dumps(self.to_dict(), sort_keys=True)
 
 
-def cnn_to_csdf(model: CnnModel, bands: Mapping[str, int] | None = None, *, name: str | None = None) -> CsdfGraph:
+def cnn_to_csdf(model: CnnModel, bands: Mapping[str, int] | None = None, *, name: str | None = None,
+                cuts: Iterable[str] = ()) -> CsdfGraph:
     """Thesis Algorithm 4: the CSDF graph of ``model`` processing ``bands[layer]`` output rows per phase.
 
     ``bands`` maps layer names to band heights (missing: the whole height; see
     :func:`~sbrs.reduction.phases.normalize_bands`). Actors come in the model's topological order.
+    ``cuts``: tensors where the CNN is partitioned (:class:`CsdfGraph`); an unknown tensor or a graph input
+    is an ``InputError``; cuts where nothing runs by parts on either side change nothing and are dropped.
     """
     bands = normalize_bands(model, bands or {})
     plans = {layer.name: layer_phases(model, layer, bands[layer.name]) for layer in model.layers}
@@ -162,4 +175,13 @@ def cnn_to_csdf(model: CnnModel, bands: Mapping[str, int] | None = None, *, name
         channels.append(Channel(edge.name, edge.src, edge.dst, edge.tensor, False, production,
                                 dst_plan.input(edge.tensor).consumed, rows,
                                 row_elements(spec.shape), row_bytes(spec)))
-    return CsdfGraph(name or model.name, actors, tuple(channels), tuple(plans[layer.name] for layer in model.layers))
+    cut_set = tuple(dict.fromkeys(cuts))
+    unknown = [t for t in cut_set if t not in producer]
+    if unknown:
+        raise InputError(f"cut tensor(s) {', '.join(unknown[:5])} are produced by no layer of '{model.name}'",
+                         field="cuts")
+    fifo = [c for c in channels if not c.self_loop]
+    useful = tuple(t for t in cut_set if plans[producer[t]].phases > 1
+                   and any(plans[c.dst].phases > 1 for c in fifo if c.tensor == t))
+    return CsdfGraph(name or model.name, actors, tuple(channels), tuple(plans[layer.name] for layer in model.layers),
+                     useful)

@@ -6,7 +6,9 @@ schedule. Here the graph is simulated directly, one frame (one CSDF iteration), 
     fire the most downstream actor that can fire (largest topological index whose next phase has its
     input rows), and nothing else;
 
-so rows are produced only when no consumer further down can make progress: the depth-first / demand-driven
+(with the consumers of a *cut* tensor waiting until its producer has fired its last phase: the CNN's
+partitions, :class:`~sbrs.reduction.csdf.CsdfGraph`) so rows are produced only when no consumer further
+down can make progress: the depth-first / demand-driven
 order of Binas & Bengio (seed 003) and the order of thesis Table 4.1, Column 7 (Ex4: ``l_1(1-17), l_21,
 l_1(18-22), l_2(2-6), l_31, ...`` with a phase of ``l_1`` followed by a phase of ``l_2``). It is a
 heuristic, not a proven minimum: on a chain it fires every consumer as soon as its rows exist, so a
@@ -202,9 +204,14 @@ def schedule_csdf(graph: CsdfGraph) -> Schedule:
     phase = [0] * len(names)
     firings: list[tuple[str, int]] = []
 
+    cut = set(graph.cuts)
+    barrier = [index[c.src] if c.tensor in cut else -1 for c in fifo]  # the producer a cut consumer waits for
+
     def can_fire(i: int) -> bool:
         k = phase[i]
-        return k < phases[i] and all(tokens[j] >= fifo[j].consumption[k] for j in inputs[i])
+        return k < phases[i] and all(tokens[j] >= fifo[j].consumption[k] and
+                                     (barrier[j] < 0 or phase[barrier[j]] == phases[barrier[j]])
+                                     for j in inputs[i])
 
     queued = [False] * len(names)
     heap: list[int] = []
@@ -283,6 +290,7 @@ def check_schedule(graph: CsdfGraph, schedule: Schedule) -> list[str]:
             readers.setdefault(channel.tensor, []).append(channel.dst)
     written = dict.fromkeys(producer_of, 0)
     next_phase = dict.fromkeys(plans, 0)
+    cuts = set(graph.cuts)
     for step, (actor, phase) in enumerate(schedule.firings):
         plan = plans.get(actor)
         if plan is None:
@@ -294,6 +302,9 @@ def check_schedule(graph: CsdfGraph, schedule: Schedule) -> list[str]:
         k = phase - 1
         for item in plan.inputs:
             lo, hi = item.rows[k]
+            if item.tensor in cuts and next_phase[producer_of[item.tensor]] < plans[producer_of[item.tensor]].phases:
+                problems.append(f"step {step}: {actor} phase {phase} reads cut tensor {item.tensor} before "
+                                f"{producer_of[item.tensor]} has finished")
             if item.tensor in written and hi > written[item.tensor]:
                 problems.append(f"step {step}: {actor} phase {phase} reads rows [{lo}, {hi}) of {item.tensor}, "
                                 f"only {written[item.tensor]} written")

@@ -64,7 +64,7 @@ from onnx import helper
 from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.memory import ArenaPlan, Block, Live, Problem, check_plan, lower_bound, plan_arena
 from sbrs.model.cnn import INPUT_OP, OUTPUT_OP, CnnModel, Layer, TensorSpec
-from sbrs.model.fold import fold_bands, fold_model
+from sbrs.model.fold import fold_bands, fold_cuts, fold_model
 from sbrs.model.onnx_export import build_graph_model
 from sbrs.reduction.csdf import cnn_to_csdf
 from sbrs.reduction.phases import LayerPhases, normalize_bands
@@ -94,6 +94,7 @@ BANDABLE_OPS: frozenset[str] = WINDOW_OPS | ROWWISE_OPS
 
 ROWS = "rows"
 NCHW = "nchw"
+FEED = "feed"
 _TO_NCHW = (1, 2, 0, 3)
 _TO_ROWS = (2, 0, 1, 3)
 
@@ -101,14 +102,18 @@ _TO_ROWS = (2, 0, 1, 3)
 def executable_bands(model: CnnModel, bands: Mapping[str, int]) -> dict[str, int]:
     """``bands`` normalised (:func:`~sbrs.reduction.phases.normalize_bands`), whole for what cannot run by bands.
 
-    Whole: the graph input (frames arrive whole), operators outside :data:`BANDABLE_OPS` (a row-local Slice or
-    Pad would need per-band starts/pads operands; not implemented) and layers with ``auto_pad`` other than
-    ``NOTSET`` whose explicit pads are unknown.
+    Whole: operators outside :data:`BANDABLE_OPS` (a row-local Slice or Pad would need per-band starts/pads
+    operands; not implemented) and layers with ``auto_pad`` other than ``NOTSET`` whose explicit pads are
+    unknown. The graph input is whole unless ``bands`` gives it a band: then the frame is *streamed* (module
+    docstring, "Streamed input").
     """
     result = normalize_bands(model, bands)
     for layer in model.layers:
         auto_pad = str(layer.attributes.get("auto_pad", "NOTSET"))
-        if layer.op == INPUT_OP or layer.op not in BANDABLE_OPS or auto_pad not in ("NOTSET", "VALID"):
+        if layer.op == INPUT_OP:
+            if layer.name not in bands or len(model.tensors[layer.outputs[0]].shape) != 4:
+                result[layer.name] = layer_height(layer)
+        elif layer.op not in BANDABLE_OPS or auto_pad not in ("NOTSET", "VALID"):
             result[layer.name] = layer_height(layer)
     return result
 
@@ -149,7 +154,8 @@ class Call:
     ``inputs``/``outputs``: ``(tensor, lo, hi, slot)``: rows ``[lo, hi)`` bound at buffer slot ``slot``.
     ``pads``: per window-reading layer, the top/bottom padding of this band (its session variant).
     ``moves``: ``(tensor, src_slot, dst_slot, rows)`` compactions done before the call. ``key``: the digest
-    of the call's ONNX model (calls with equal keys share one session).
+    of the call's ONNX model (calls with equal keys share one session). ``feed``: no session, rows of a
+    streamed frame copied into the input's line buffer.
     """
 
     layers: tuple[str, ...]
@@ -159,10 +165,12 @@ class Call:
     pads: tuple[tuple[str, int, int], ...] = ()
     moves: tuple[tuple[str, int, int, int], ...] = ()
     key: str = ""
+    feed: bool = False
 
     @property
     def banded(self) -> bool:
         return self.phase > 0
+
 
 
 @dataclass(frozen=True)
@@ -189,7 +197,7 @@ class ScenarioParts:
 
     @property
     def sessions(self) -> int:
-        return len({call.key for call in self.calls})
+        return len({call.key for call in self.calls if call.key != FEED})
 
     def summary(self) -> dict[str, Any]:
         """Plain JSON-ready summary (calls counted, not listed)."""
@@ -250,11 +258,13 @@ def _layout_of(model: CnnModel, tensor: str, banded_touch: set[str]) -> str:
     return ROWS if tensor in banded_touch and len(model.tensors[tensor].shape) == 4 else NCHW
 
 
-def compile_scenario(model: CnnModel, bands: Mapping[str, int], *, name: str | None = None) -> ScenarioParts:
-    """The calls and buffers of one scenario processing ``bands`` rows per phase (module docstring)."""
+def compile_scenario(model: CnnModel, bands: Mapping[str, int], *, name: str | None = None,
+                     cuts: Sequence[str] = ()) -> ScenarioParts:
+    """The calls and buffers of one scenario processing ``bands`` rows per phase (module docstring), partitioned
+    at the ``cuts`` tensors (:class:`~sbrs.reduction.csdf.CsdfGraph`)."""
     scenario = name or model.name
     bands = executable_bands(model, bands)
-    graph = cnn_to_csdf(model, bands, name=scenario)
+    graph = cnn_to_csdf(model, bands, name=scenario, cuts=cuts)
     schedule = schedule_csdf(graph)
     plans = {p.layer: p for p in graph.layers}
     readers: dict[str, list[str]] = {}
@@ -268,9 +278,13 @@ def compile_scenario(model: CnnModel, bands: Mapping[str, int], *, name: str | N
     reads: dict[str, tuple[int, int, int, int]] = {}
     for actor, phase in schedule.firings:
         layer = model.layer(actor)
-        if layer.op in (INPUT_OP, OUTPUT_OP):
+        if layer.op == OUTPUT_OP or (layer.op == INPUT_OP and plans[actor].phases == 1):
             continue
         tag = phase if plans[actor].phases > 1 else 0
+        if layer.op == INPUT_OP:  # a streamed frame: one feed per phase, never fused
+            groups.append(([actor], tag))
+            groups.append(([], -1))  # a separator no firing joins
+            continue
         if groups and groups[-1][1] == tag:
             group, _ = groups[-1]
             if _can_join(model, plans, group, phase, layer, reads):
@@ -285,6 +299,7 @@ def compile_scenario(model: CnnModel, bands: Mapping[str, int], *, name: str | N
     raw_calls: list[tuple[tuple[str, ...], int, list[tuple[str, int, int]], list[tuple[str, int, int]],
                           list[tuple[str, int, int]]]] = []
     banded_touch: set[str] = set()
+    groups = [(members, phase) for members, phase in groups if members]
     for members, phase in groups:
         member_set = set(members)
         produced: dict[str, None] = {}
@@ -320,7 +335,9 @@ def compile_scenario(model: CnnModel, bands: Mapping[str, int], *, name: str | N
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     input_tensor = model.graph_inputs[0]
-    first[input_tensor] = last[input_tensor] = 0
+    streamed = bands[model.layers[0].name] < layer_height(model.layers[0]) if model.layers[0].op == INPUT_OP else False
+    if not streamed:
+        first[input_tensor] = last[input_tensor] = 0
     for index, (_, _, ins, outs, _) in enumerate(raw_calls):
         for t, _, _ in (*ins, *outs):
             first.setdefault(t, index)
@@ -329,7 +346,8 @@ def compile_scenario(model: CnnModel, bands: Mapping[str, int], *, name: str | N
         last[t] = len(raw_calls) - 1
     base = dict.fromkeys(first, 0)
     written = dict.fromkeys(first, 0)
-    written[input_tensor] = tensor_rows(model.tensors[input_tensor].shape)
+    if not streamed:
+        written[input_tensor] = tensor_rows(model.tensors[input_tensor].shape)
     done = {layer.name: 0 for layer in model.layers}
 
     def next_low(reader: str, tensor: str) -> int:
@@ -365,7 +383,7 @@ def compile_scenario(model: CnnModel, bands: Mapping[str, int], *, name: str | N
         for name in members:
             done[name] += 1
         calls.append(Call(tuple(members), phase, tuple(in_slots), tuple(out_slots),
-                          tuple(pads), tuple(moves)))
+                          tuple(pads), tuple(moves), feed=model.layer(members[0]).op == INPUT_OP))
     buffers = []
     for t in first:
         spec = model.tensors[t]
@@ -378,6 +396,9 @@ def compile_scenario(model: CnnModel, bands: Mapping[str, int], *, name: str | N
     digests: dict[tuple[Any, ...], str] = {}  # a call's model depends on its layers, pads and whether banded
     keyed = []
     for call in calls:
+        if call.feed:
+            keyed.append(replace(call, key=FEED))
+            continue
         memo = (call.layers, call.pads, call.banded)
         if memo not in digests:
             digests[memo] = _digest(call_model(model, result, call))
@@ -463,18 +484,20 @@ def call_model(model: CnnModel, parts: ScenarioParts, call: Call) -> onnx.ModelP
 
 
 def compile_parts(models: Mapping[str, CnnModel], band_rows: Mapping[str, Mapping[str, int]] | None = None, *,
-                  alignment: int = 64) -> PartsPlan:
+                  alignment: int = 64, cuts: Mapping[str, Sequence[str]] | None = None) -> PartsPlan:
     """Every scenario compiled by parts (missing: whole), their buffers planned into one arena and checked.
 
     Models are folded first (:func:`sbrs.model.fold.fold_model`; idempotent): band heights name the folded
     layers, and entries for a BatchNormalization or activation folded into its convolution are dropped.
     """
     band_rows = band_rows or {}
-    unknown = sorted(set(band_rows) - set(models))
+    cuts = cuts or {}
+    unknown = sorted((set(band_rows) | set(cuts)) - set(models))
     if unknown:
         raise InputError(f"unknown scenario(s) {', '.join(unknown)}", field="band_rows")
     folded = {s: fold_model(m) for s, m in models.items()}
-    compiled = {s: compile_scenario(f, fold_bands(models[s], f, band_rows.get(s, {})), name=s)
+    compiled = {s: compile_scenario(f, fold_bands(models[s], f, band_rows.get(s, {})), name=s,
+                                    cuts=fold_cuts(models[s], f, cuts.get(s, ())))
                 for s, f in folded.items()}
     blocks = [Block(f"{s}/{b.tensor}", b.nbytes, (Live(s, b.first_call, b.last_call),))
               for s, parts in compiled.items() for b in parts.buffers]
@@ -496,13 +519,15 @@ class PartsRuntime:
     """An app's scenarios run by parts (line buffers in one arena), with the API of ``sbrs.runtime.Runtime``.
 
     ``band_rows[scenario][layer]`` are band heights (e.g. ``ReductionResult.band_rows``); a scenario or layer
-    left out runs whole. Sessions are shared between calls (and scenarios) whose ONNX models are identical.
+    left out runs whole. ``cuts[scenario]`` partitions a scenario at those tensors (``ReductionResult.cuts``).
+    Sessions are shared between calls (and scenarios) whose ONNX models are identical.
     ``models`` may replace ``app.models`` (e.g. for tests); ``providers`` defaults to the app's.
     """
 
     def __init__(self, app: App | None = None, band_rows: Mapping[str, Mapping[str, int]] | None = None, *,
                  models: Mapping[str, CnnModel] | None = None, initial: str | None = None,
-                 providers: Sequence[str] | None = None, threads: int | None = None) -> None:
+                 providers: Sequence[str] | None = None, threads: int | None = None,
+                 cuts: Mapping[str, Sequence[str]] | None = None) -> None:
         if models is None:
             if app is None:
                 raise InputError("PartsRuntime needs an app or models", field="models")
@@ -518,7 +543,9 @@ class PartsRuntime:
             app.config.runtime.threads if app is not None else None))
         band_rows = {s: fold_bands(models[s], self._models[s], b) for s, b in (band_rows or {}).items()
                      if s in self._models} | {s: b for s, b in (band_rows or {}).items() if s not in self._models}
-        self.plan = compile_parts(self._models, band_rows)
+        cuts = {s: fold_cuts(models[s], self._models[s], c) if s in self._models else tuple(c)
+                for s, c in (cuts or {}).items()}
+        self.plan = compile_parts(self._models, band_rows, cuts=cuts)
         self._scenario = initial or (app.config.initial if app is not None else next(iter(self._models)))
         if self._scenario not in self._models:
             raise InputError(f"unknown scenario '{self._scenario}'", field="initial")
@@ -544,7 +571,19 @@ class PartsRuntime:
         model = self._models[scenario]
         buffers = {b.tensor: b for b in parts.buffers}
         steps = []
+        frame_ref: list[np.ndarray] = [np.empty(0)]
         for call in parts.calls:
+            if call.key == FEED:
+                t, o0, o1, slot = call.outputs[0]
+                view = self._view(buffers[t], slot, o1 - o0)
+
+                def feed(_: Any, view: np.ndarray = view, lo: int = o0, hi: int = o1) -> None:
+                    np.copyto(view, frame_ref[0][:, :, lo:hi, :].transpose(_TO_ROWS))
+
+                moves = tuple((self._view(buffers[m], dst, rows), self._view(buffers[m], src, rows))
+                              for m, src, dst, rows in call.moves)
+                steps.append((moves, feed, None))
+                continue
             if call.key not in self._sessions:
                 self._sessions[call.key] = create_session(call_model(model, parts, call), self.providers)
             session = self._sessions[call.key]
@@ -567,7 +606,10 @@ class PartsRuntime:
         self._steps[scenario] = steps
         source = buffers[parts.input]
         frame_view = self._view(source)
-        if source.layout == ROWS:
+        if source.capacity < source.full_rows:  # streamed: the feeds read the caller's frame
+            def copy_in(array: np.ndarray) -> None:
+                frame_ref[0] = array
+        elif source.layout == ROWS:
             def copy_in(array: np.ndarray, view: np.ndarray = frame_view) -> None:
                 np.copyto(view, array.transpose(_TO_ROWS))
         else:

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from sbrs.app.app import App
     from sbrs.plan import AppPlan
 
-__all__ = ["COST_MODELS", "load_reduction", "reduce_app"]
+__all__ = ["COST_MODELS", "load_reduction", "load_reduction_cuts", "reduce_app"]
 
 COST_MODELS: tuple[str, ...] = ("auto", "analytic", "measured")
 
@@ -102,6 +102,7 @@ def reduce_app(app: App, plan: AppPlan, memory_limit: int, *, min_fps: Mapping[s
         "phases": result.phases,
         "band_rows": {s: {n: b for n, b in bands.items() if b < _height(models[s], n)}
                       for s, bands in result.band_rows.items()},
+        "cuts": {s: list(c) for s, c in result.cuts.items()},
         "pareto": [p.to_dict() for p in result.pareto],
         "chosen": result.chosen.to_dict(),
         "unreduced": result.unreduced.to_dict(),
@@ -117,12 +118,12 @@ def _height(model: Any, layer: str) -> int:
 
 def _figures(models: Mapping[str, Any], result: ReductionResult, cost: CostModel) -> dict[str, Any]:
     """Buffer figures of the chosen configuration (Algorithm 10) and of its executor's arena, both checked."""
-    reduced = plan_reduction(models, result.band_rows, cost=cost)
+    reduced = plan_reduction(models, result.band_rows, cost=cost, cuts=result.cuts)
     problems = check_plan(reduced.problem, reduced.arena)
     if problems:
         raise InputError(f"internal error: the reduced plan is invalid: {problems[0]}")
     runnable = {s: executable_bands(m, result.band_rows.get(s, {})) for s, m in models.items()}
-    parts = compile_parts(models, runnable)
+    parts = compile_parts(models, runnable, cuts=result.cuts)
     return {
         "params_bytes": reduced.params_bytes,
         "arena_bytes": reduced.arena.arena_bytes,
@@ -145,6 +146,15 @@ def load_reduction(path: str | Path, app: App) -> dict[str, dict[str, int]]:
         raise InputError("the plan has no buffer reduction (run `sbrs build APP.yaml --memory-limit MB`)",
                          file=str(path))
     return {str(s): {str(n): int(b) for n, b in layers.items()} for s, layers in reduction["band_rows"].items()}
+
+
+def load_reduction_cuts(path: str | Path, app: App) -> dict[str, tuple[str, ...]]:
+    """The partition cuts chosen with the band heights of :func:`load_reduction` (``PartsRuntime(cuts=...)``);
+    empty for a plan saved before cuts existed."""
+    from sbrs.plan import load_plan
+
+    reduction = load_plan(path, app).reduction or {}
+    return {str(s): tuple(str(t) for t in c) for s, c in reduction.get("cuts", {}).items()}
 
 
 def progress_printer(stream: Any) -> Progress:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
@@ -13,10 +12,11 @@ from sbrs import zoo
 from sbrs.model import import_model, params_bytes, unique_params
 from sbrs.model.fold import fold_bands, fold_model
 from sbrs.model.onnx_export import to_onnx
+from tests.conftest import ort_session
 
 
 def outputs(proto, frame: np.ndarray) -> np.ndarray:  # type: ignore[no-untyped-def]
-    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort_session(proto)
     return session.run(None, {session.get_inputs()[0].name: frame})[0]
 
 
@@ -95,7 +95,7 @@ def test_a_conv_read_elsewhere_is_not_folded(two_readers: bool, output_is_conv: 
     folded = fold_model(model)
     assert len(folded.compute_layers) == layers
     frame = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
-    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    mine = ort.InferenceSession(to_onnx(folded).SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort_session(proto)
+    mine = ort_session(to_onnx(folded))
     for want, got in zip(session.run(None, {"x": frame}), mine.run(None, {"x": frame}), strict=True):
         assert float(np.abs(got - want).max()) <= 1e-5 * max(1.0, float(np.abs(want).max()))

@@ -62,7 +62,7 @@ def test_chosen_configuration_meets_the_memory_limit() -> None:
     assert result.chosen.memory_bytes <= unreduced_bytes() - 1
     assert any(n > 1 for phases in result.phases.values() for n in phases.values())
     # the chosen configuration is reproduced by Algorithm 10 through the public API
-    plan = plan_reduction(scenarios(), result.band_rows)
+    plan = plan_reduction(scenarios(), result.band_rows, cuts=result.cuts)
     assert plan.memory_bytes == result.chosen.memory_bytes
     assert plan.fps == pytest.approx(result.chosen.fps)
     assert plan.phases == result.phases
