@@ -29,7 +29,7 @@ import numpy as np
 
 from sbrs.model.cnn import CnnModel, Edge, Layer, ParamRef, WeightStore, tensor_digest
 
-__all__ = ["FUSABLE_ACTIVATIONS", "fold_bands", "fold_cuts", "fold_model"]
+__all__ = ["FUSABLE_ACTIVATIONS", "fold_bands", "fold_cuts", "fold_model", "fold_tiles"]
 
 #: Activations ONNX Runtime's ``FusedConv`` applies inside the convolution (``ConvActivationFusion``).
 FUSABLE_ACTIVATIONS: frozenset[str] = frozenset({"Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid"})
@@ -168,3 +168,11 @@ def fold_cuts(model: CnnModel, folded: CnnModel, cuts: Iterable[str]) -> tuple[s
     """Cut tensors of ``model`` for ``folded``: tensors folded away (a conv or BN output inside a folded layer)
     are dropped; every other name is kept as given (an unknown one stays unknown, for the caller to reject)."""
     return tuple(t for t in dict.fromkeys(cuts) if t in folded.tensors or t not in model.tensors)
+
+
+def fold_tiles(model: CnnModel, folded: CnnModel,
+               tiles: Iterable[tuple[Iterable[str], int]]) -> tuple[tuple[tuple[str, ...], int], ...]:
+    """Tile groups of ``model`` for ``folded``: layers folded into a convolution leave their group."""
+    kept = {layer.name for layer in folded.layers}
+    original = {layer.name for layer in model.layers}
+    return tuple((tuple(n for n in layers if n in kept or n not in original), int(band)) for layers, band in tiles)

@@ -47,7 +47,7 @@ from deap import base, tools
 from sbrs.errors import InputError
 from sbrs.memory import ArenaPlan, Problem, plan_arena
 from sbrs.model.cnn import INPUT_OP, CnnModel, params_bytes
-from sbrs.model.fold import fold_bands, fold_cuts, fold_model
+from sbrs.model.fold import fold_bands, fold_cuts, fold_model, fold_tiles
 from sbrs.reduction.cost import AnalyticCostModel, CostModel, model_fps
 from sbrs.reduction.csdf import CsdfGraph, cnn_to_csdf
 from sbrs.reduction.phases import full_bands, normalize_bands, phases_of
@@ -143,13 +143,15 @@ class ReductionPlan:
 
 def plan_reduction(scenarios: Scenarios, band_rows: Mapping[str, Mapping[str, int]] | None = None, *,
                    cost: CostModel | None = None, alignment: int = 64,
-                   cuts: Mapping[str, Sequence[str]] | None = None) -> ReductionPlan:
+                   cuts: Mapping[str, Sequence[str]] | None = None,
+                   tiles: Mapping[str, Sequence[tuple[Sequence[str], int]]] | None = None) -> ReductionPlan:
     """Thesis Algorithm 10 for explicit band heights ``band_rows[scenario][layer]`` (missing: whole height).
 
     Lines 2-7: phases, CSDF graph and minimum buffers with a schedule per scenario; lines 8-10: the reduced
     buffers of every scenario in one arena (``plan_arena`` over :func:`reduced_problem`). ``cuts[scenario]``
     partitions a scenario at those tensors (:class:`~sbrs.reduction.csdf.CsdfGraph`): each partition's line
-    buffers live only while it runs, so the arena reuses them across partitions (lines 2-9).
+    buffers live only while it runs, so the arena reuses them across partitions (lines 2-9). ``tiles[scenario]``:
+    ``(layers, band_rows)`` groups fired as one actor each (seed 002's tiling, :mod:`sbrs.reduction.tiles`).
     """
     given = _scenarios(scenarios)
     models = _folded(given)
@@ -159,11 +161,13 @@ def plan_reduction(scenarios: Scenarios, band_rows: Mapping[str, Mapping[str, in
         raise InputError(f"unknown scenario(s) {', '.join(unknown)}", field="band_rows")
     cost = cost or AnalyticCostModel()
     cuts = cuts or {}
-    unknown = sorted(set(cuts) - set(models))
+    tiles = tiles or {}
+    unknown = sorted((set(cuts) | set(tiles)) - set(models))
     if unknown:
         raise InputError(f"unknown scenario(s) {', '.join(unknown)}", field="cuts")
     bands = {s: normalize_bands(m, fold_bands(given[s], m, band_rows.get(s, {}))) for s, m in models.items()}
-    graphs = {s: cnn_to_csdf(m, bands[s], name=s, cuts=fold_cuts(given[s], m, cuts.get(s, ())))
+    graphs = {s: cnn_to_csdf(m, bands[s], name=s, cuts=fold_cuts(given[s], m, cuts.get(s, ())),
+                             tiles=fold_tiles(given[s], m, tiles.get(s, ())))
               for s, m in models.items()}
     schedules = {s: schedule_csdf(g) for s, g in graphs.items()}
     problem = reduced_problem(schedules.values(), alignment=alignment)

@@ -111,6 +111,8 @@ class Schedule:
     """One frame of a CSDF graph: the firings in order and the buffer sizes they need.
 
     ``firings[step] = (actor, phase)`` with phases counted from 1 (Table 4.1, Column 7: ``l_ik``).
+    ``transients``: ``(step, bytes)`` of the internal tensors of a tiled group's firing
+    (:mod:`sbrs.reduction.tiles`), live during that step only.
     """
 
     name: str
@@ -118,6 +120,7 @@ class Schedule:
     firings: tuple[tuple[str, int], ...]
     channels: tuple[ChannelSize, ...]
     buffers: tuple[BufferSize, ...]
+    transients: tuple[tuple[int, int], ...] = ()
 
     @property
     def buffer_bytes(self) -> int:
@@ -153,6 +156,7 @@ class Schedule:
             "buffers": [asdict(b) | {"bytes": b.bytes, "full_bytes": b.full_bytes} for b in self.buffers],
             "buffer_bytes": self.buffer_bytes,
             "full_bytes": self.full_bytes,
+            "transients": [list(t) for t in self.transients],
         }
 
     def to_json(self) -> str:
@@ -268,7 +272,12 @@ def schedule_csdf(graph: CsdfGraph) -> Schedule:
         consumers = tuple(fifo[j].dst for j in tensor_consumers[tensor])
         buffers.append(BufferSize(tensor, tensor_producer[tensor], consumers, tensor_peak[tensor], rows, nbytes,
                                   first_step[tensor], last_step[tensor]))
-    return Schedule(graph.name, RULE, tuple(firings), channels, tuple(buffers))
+    transients = []
+    for step, (actor, k) in enumerate(firings):
+        tile = graph.tile(actor) if graph.tiles else None
+        if tile is not None and tile.transient[k - 1]:
+            transients.append((step, tile.transient[k - 1]))
+    return Schedule(graph.name, RULE, tuple(firings), channels, tuple(buffers), tuple(transients))
 
 
 def check_schedule(graph: CsdfGraph, schedule: Schedule) -> list[str]:
@@ -349,8 +358,9 @@ def reduced_problem(schedules: Schedule | Iterable[Schedule], *, alignment: int 
     Each schedule is one timeline (named by :attr:`Schedule.name`, e.g. the scenario); a block is live from
     the step its producer first fires to the step its last consumer last fires, with the reduced size in
     bytes. Feed the result to :func:`sbrs.memory.plan_arena` (or ``buffers_reuse``, Algorithm 8) for the
-    reduced arena. ``per_edge=True`` gives one block per FIFO channel instead, sized ``max(c_ij + c_jj)``
-    (the thesis' one-buffer-per-edge view; a tensor with several consumers is then stored several times).
+    reduced arena; a tiled group's firing adds a block of its internal tensors, live at that step only.
+    ``per_edge=True`` gives one block per FIFO channel instead, sized ``max(c_ij + c_jj)`` (the thesis'
+    one-buffer-per-edge view; a tensor with several consumers is then stored several times).
     """
     items = [schedules] if isinstance(schedules, Schedule) else list(schedules)
     names = [s.name for s in items]
@@ -358,6 +368,8 @@ def reduced_problem(schedules: Schedule | Iterable[Schedule], *, alignment: int 
         raise SbrsRuntimeError(f"reduced problem: schedule names must be unique, got {names}")
     blocks: list[Block] = []
     for sched in items:
+        for step, nbytes in sched.transients:  # a tiled group's internal tensors, during its firing
+            blocks.append(Block(f"{sched.name}/tile@{step}", nbytes, (Live(sched.name, step, step),)))
         if not per_edge:
             for buffer in sched.buffers:
                 blocks.append(Block(f"{sched.name}/{buffer.tensor}", buffer.bytes,

@@ -20,6 +20,7 @@ from sbrs.model import CnnModel, import_model
 from sbrs.model.fold import fold_model
 from sbrs.model.onnx_export import to_onnx
 from sbrs.reduction import cut_genes, maximal_bands, plan_reduction, reduction_genes
+from sbrs.reduction.tiles import tile_groups
 from sbrs.runtime.parts import PartsRuntime, call_model, compile_parts, executable_bands
 from tests.conftest import APPS, ort_session
 from tests.runtime.conftest import References, assert_equivalent, random_frame
@@ -184,3 +185,29 @@ def test_partitions_and_a_streamed_input_keep_outputs_and_lower_the_arena(name: 
                 assert_equivalent(runtime.infer(frame), want, f"{name} frame {repeat}")
     reduced = plan_reduction({name: model}, {name: bands}, cuts=cuts)
     assert reduced.cuts[name] and check_plan(reduced.problem, reduced.arena) == []
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v2", "resnet18", "efficientnet_b0"])
+@pytest.mark.parametrize("band", [1, 3])
+def test_tiled_groups_recompute_halos_and_equal_unreduced(name: str, band: int) -> None:
+    """Seed 002's tiling: every candidate group runs as one call per band (members with their own band
+    pads, a Slice where a member reads fewer rows than the call holds); outputs equal ORT's, internal
+    tensors get no line buffer, and the plan counts them as transients of each firing."""
+    model = fold_model(zoo_model(name))
+    groups = tile_groups(model)
+    tiles = {name: [(g, band) for g in groups]}
+    bands = {model.layers[0].name: 2}  # the frame streamed two rows at a time
+    frame = frame_of(model)
+    want = reference(model, frame)
+    with PartsRuntime(models={name: model}, band_rows={name: bands}, tiles=tiles) as runtime:
+        parts = runtime.plan.scenarios[name]
+        assert check_plan(runtime.plan.problem, runtime.plan.arena) == []
+        internal = {model.layer(n).outputs[0] for g in groups for n in g[:-1]}
+        assert not internal & {b.tensor for b in parts.buffers}
+        tiled = [call for call in parts.calls if len(call.layers) > 1 and call.layers in {tuple(g) for g in groups}]
+        assert tiled and any(call.slices for call in tiled) == (name != "efficientnet_b0")
+        for repeat in range(2):
+            assert_equivalent(runtime.infer(frame), want, f"{name} tiles of {band} frame {repeat}")
+    reduced = plan_reduction({name: model}, {name: bands}, tiles=tiles)
+    assert check_plan(reduced.problem, reduced.arena) == []
+    assert reduced.schedules[name].transients
