@@ -48,6 +48,7 @@ from sbrs.reduction.ga import (
     plan_reduction,
     reduce_buffers,
     reduction_genes,
+    tile_genes,
 )
 from sbrs.reduction.phases import (
     InputPhases,
@@ -71,6 +72,7 @@ from sbrs.reduction.schedule import (
     reduced_problem,
     schedule_csdf,
 )
+from sbrs.reduction.tiles import TilePhases, tile_groups, tile_phases
 
 __all__ = [
     "RULE",
@@ -94,6 +96,7 @@ __all__ = [
     "Region",
     "RowMap",
     "Schedule",
+    "TilePhases",
     "bands_from_phases",
     "check_schedule",
     "cnn_to_csdf",
@@ -120,4 +123,7 @@ __all__ = [
     "row_bytes",
     "schedule_csdf",
     "tensor_rows",
+    "tile_genes",
+    "tile_groups",
+    "tile_phases",
 ]

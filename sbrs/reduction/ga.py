@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,11 +49,12 @@ from sbrs.errors import InputError
 from sbrs.memory import ArenaPlan, Problem, plan_arena
 from sbrs.model.cnn import INPUT_OP, CnnModel, params_bytes
 from sbrs.model.fold import fold_bands, fold_cuts, fold_model, fold_tiles
-from sbrs.reduction.cost import AnalyticCostModel, CostModel, model_fps
+from sbrs.reduction.cost import AnalyticCostModel, CostModel, config_seconds
 from sbrs.reduction.csdf import CsdfGraph, cnn_to_csdf
 from sbrs.reduction.phases import full_bands, normalize_bands, phases_of
 from sbrs.reduction.rows import ROWWISE_OPS, is_row_local, layer_height, layer_row_maps, row_bytes
 from sbrs.reduction.schedule import Schedule, reduced_problem, schedule_csdf
+from sbrs.reduction.tiles import tile_groups
 
 __all__ = [
     "GaParams",
@@ -64,6 +66,7 @@ __all__ = [
     "plan_reduction",
     "reduce_buffers",
     "reduction_genes",
+    "tile_genes",
 ]
 
 Scenarios = Mapping[str, CnnModel] | Sequence[CnnModel]
@@ -171,7 +174,7 @@ def plan_reduction(scenarios: Scenarios, band_rows: Mapping[str, Mapping[str, in
               for s, m in models.items()}
     schedules = {s: schedule_csdf(g) for s, g in graphs.items()}
     problem = reduced_problem(schedules.values(), alignment=alignment)
-    fps = {s: model_fps(m, bands[s], cost) for s, m in models.items()}
+    fps = {s: 1.0 / max(config_seconds(m, bands[s], graphs[s].tiles, cost), 1e-12) for s, m in models.items()}
     return ReductionPlan(bands, graphs, schedules, problem, plan_arena(problem), params_bytes(models.values()), fps,
                          {s: g.cuts for s, g in graphs.items() if g.cuts})
 
@@ -188,7 +191,9 @@ class GaParams:
     initial population (see the module docstring). ``tie_followers`` gives an element-wise layer that reads
     the rows of one row-local producer 1:1 (BatchNormalization, activations, the Add of a residual) its
     producer's gene instead of its own (:func:`reduction_genes`). ``cuts`` adds one gene per tensor where a
-    scenario may be partitioned (:func:`cut_genes`): 0 = no cut, 1 = cut.
+    scenario may be partitioned (:func:`cut_genes`): 0 = no cut, 1 = cut. ``tiles`` adds one gene per
+    candidate tile group (:func:`tile_genes`, seed 002's strategy): 0 = its layers keep their own genes, else
+    the group's exit band. ``time_budget_s`` stops the search after the generation that passes it.
     """
 
     population: int = 24
@@ -200,6 +205,8 @@ class GaParams:
     threshold_seeds: bool = True
     tie_followers: bool = True
     cuts: bool = True
+    tiles: bool = True
+    time_budget_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -215,11 +222,26 @@ class Gene:
     choices: tuple[int, ...]
     followers: tuple[str, ...] = ()
     kind: str = "band"
+    group: tuple[str, ...] = ()
 
     @property
     def layers(self) -> tuple[str, ...]:
         """The layer and its followers: every layer this gene sets (none for a cut gene)."""
         return (self.layer, *self.followers) if self.kind == "band" else ()
+
+
+def tile_genes(models: Mapping[str, CnnModel], candidates: Sequence[int] = GaParams.candidates) -> tuple[Gene, ...]:
+    """One gene per candidate tile group (:func:`~sbrs.reduction.tiles.tile_groups`; ``kind="tile"``,
+    ``layer`` = its exit layer, ``group`` = its layers): ``choices[0] = 0`` leaves the group's layers to their
+    own genes, the others are exit bands below the exit's height (the strategy and size per region)."""
+    genes: list[Gene] = []
+    for scenario, model in models.items():
+        for group in tile_groups(model):
+            height = layer_height(model.layer(group[-1]))
+            bands = sorted({min(int(c), height) for c in candidates if 0 < int(c) < height}, reverse=True)
+            if bands:
+                genes.append(Gene(scenario, group[-1], height, (0, *bands), (), "tile", tuple(group)))
+    return tuple(genes)
 
 
 def cut_genes(models: Mapping[str, CnnModel]) -> tuple[Gene, ...]:
@@ -304,6 +326,7 @@ class Point:
     fps: dict[str, float]
     band_rows: dict[str, dict[str, int]] = field(default_factory=dict)
     cuts: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    tiles: dict[str, tuple[tuple[tuple[str, ...], int], ...]] = field(default_factory=dict)
 
     def meets(self, memory_limit: int | None, min_fps: Mapping[str, float]) -> bool:
         """Algorithm 9, line 11: ``M <= M^c`` and ``T_n >= T^c_n`` for every scenario."""
@@ -316,7 +339,8 @@ class Point:
         return {"memory_bytes": self.memory_bytes, "params_bytes": self.params_bytes,
                 "arena_bytes": self.arena_bytes, "fps": dict(self.fps),
                 "band_rows": {s: dict(b) for s, b in self.band_rows.items()},
-                "cuts": {s: list(c) for s, c in self.cuts.items()}}
+                "cuts": {s: list(c) for s, c in self.cuts.items()},
+                "tiles": {s: [[list(g), b] for g, b in t] for s, t in self.tiles.items()}}
 
 
 @dataclass(frozen=True)
@@ -342,6 +366,7 @@ class ReductionResult:
     generations: int
     seed: int
     cuts: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    tiles: dict[str, tuple[tuple[tuple[str, ...], int], ...]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dictionary (``phases``, ``band_rows``, ``pareto``, ``chosen`` and the rest)."""
@@ -349,6 +374,7 @@ class ReductionResult:
             "phases": {s: dict(p) for s, p in self.phases.items()},
             "band_rows": {s: dict(b) for s, b in self.band_rows.items()},
             "cuts": {s: list(c) for s, c in self.cuts.items()},
+            "tiles": {s: [[list(g), b] for g, b in t] for s, t in self.tiles.items()},
             "pareto": [p.to_dict() for p in self.pareto],
             "chosen": self.chosen.to_dict(),
             "unreduced": self.unreduced.to_dict(),
@@ -399,6 +425,15 @@ class _Evaluator:
                 result[gene.scenario][layer] = gene.choices[value]
         return result
 
+    def tiles(self, chromosome: tuple[int, ...]) -> dict[str, tuple[tuple[tuple[str, ...], int], ...]]:
+        """The tile groups a chromosome sets, per scenario."""
+        result: dict[str, tuple[tuple[tuple[str, ...], int], ...]] = {}
+        for s in self.models:
+            graph = self._scenario(s, chromosome)[0]
+            if graph.tiles:
+                result[s] = tuple((t.layers, t.plan.band_rows) for t in graph.tiles)
+        return result
+
     def cuts(self, chromosome: tuple[int, ...]) -> dict[str, tuple[str, ...]]:
         """The cut tensors a chromosome sets, per scenario (only those that change the schedule)."""
         graphs = {s: self._scenario(s, chromosome)[0] for s in self.models}
@@ -409,17 +444,23 @@ class _Evaluator:
         if key not in self._schedules:
             bands = dict(self.full[scenario])
             cuts = []
+            tiles = []
             for i in self.slots[scenario]:
                 gene = self.genes[i]
                 if gene.kind == "cut":
                     if gene.choices[chromosome[i]]:
                         cuts.append(gene.layer)
                     continue
+                if gene.kind == "tile":
+                    if gene.choices[chromosome[i]]:
+                        tiles.append((gene.group, gene.choices[chromosome[i]]))
+                    continue
                 for layer in gene.layers:
                     bands[layer] = gene.choices[chromosome[i]]
             model = self.models[scenario]
-            graph = cnn_to_csdf(model, bands, name=scenario, cuts=cuts)
-            self._schedules[key] = (graph, schedule_csdf(graph), model_fps(model, bands, self.cost))
+            graph = cnn_to_csdf(model, bands, name=scenario, cuts=cuts, tiles=tiles)
+            seconds = config_seconds(model, bands, graph.tiles, self.cost)
+            self._schedules[key] = (graph, schedule_csdf(graph), 1.0 / seconds if seconds > 0 else math.inf)
         return self._schedules[key]
 
     def __call__(self, chromosome: tuple[int, ...]) -> Point:
@@ -433,14 +474,16 @@ class _Evaluator:
                     for layer in gene.layers:
                         sparse.setdefault(gene.scenario, {})[layer] = gene.choices[value]
             cuts = {s: p[0].cuts for s, p in parts.items() if p[0].cuts}
+            tiles = {s: tuple((t.layers, t.plan.band_rows) for t in p[0].tiles) for s, p in parts.items()
+                     if p[0].tiles}
             self.points[chromosome] = Point(self.params + arena, self.params, arena,
-                                            {s: p[2] for s, p in parts.items()}, sparse, cuts)
+                                            {s: p[2] for s, p in parts.items()}, sparse, cuts, tiles)
         return self.points[chromosome]
 
 
 def _smallest(gene: Gene) -> int:
-    """Index of the gene's smallest band (for a cut gene: no cut)."""
-    if gene.kind == "cut":
+    """Index of the gene's smallest band (for a cut or tile gene: off)."""
+    if gene.kind != "band":
         return 0
     return min(range(len(gene.choices)), key=lambda i: gene.choices[i])
 
@@ -525,6 +568,8 @@ def reduce_buffers(scenarios: Scenarios, *, memory_limit: int | None = None,
                             tie_followers=params.tie_followers)
     if params.cuts and genes:
         genes += cut_genes(models)
+    if params.tiles and genes:
+        genes += tile_genes(models, params.candidates)
     evaluate = _Evaluator(models, genes, cost, alignment)
     whole = tuple(0 for _ in genes)
     unreduced = evaluate(whole)  # lines 1-2
@@ -536,7 +581,8 @@ def reduce_buffers(scenarios: Scenarios, *, memory_limit: int | None = None,
         violations = _violations(point, memory_limit, min_fps, best_fps)
         return ReductionResult(early, not violations, violations, memory_limit, min_fps, unreduced, point,
                                tuple(front), {s: phases_of(bands[s], models[s]) for s in names}, bands,
-                               len(evaluate.points), generations, params.seed, evaluate.cuts(chromosome))
+                               len(evaluate.points), generations, params.seed, evaluate.cuts(chromosome),
+                               evaluate.tiles(chromosome))
 
     if memory_limit is None or unreduced.memory_bytes <= memory_limit or not genes:  # line 3
         if progress is not None:
@@ -559,13 +605,23 @@ def reduce_buffers(scenarios: Scenarios, *, memory_limit: int | None = None,
         seeds += _thresholds(genes)
     if any(g.kind == "cut" for g in genes):
         seeds += [_with_cuts(c, genes) for c in seeds[1:]]
+    if any(g.kind == "tile" for g in genes):  # every group tiled at one band, the rest of the seed kept
+        for band in sorted({c for g in genes if g.kind == "tile" for c in g.choices[1:]}):
+            tiled = tuple(g.choices.index(min((c for c in g.choices[1:] if c >= band), default=g.choices[-1]))
+                          if g.kind == "tile" else v for g, v in zip(genes, seeds[1], strict=True))
+            seeds += [tiled, _with_cuts(tiled, genes)]
     seeds = list(dict.fromkeys(seeds))[: params.population]
     while len(seeds) < params.population:
         seeds.append(tuple(rng.randrange(len(g.choices)) for g in genes))
     population = tools.selNSGA2([individual(c) for c in seeds], params.population)
     if progress is not None:
         progress(0, params.generations)
+    started = time.monotonic()
+    done_generations = 0
     for generation in range(params.generations):  # line 8: the GA
+        if params.time_budget_s is not None and time.monotonic() - started > params.time_budget_s:
+            break
+        done_generations = generation + 1
         ranks = _ranks(population)
         offspring: list[tuple[int, ...]] = []
         while len(offspring) < params.population:
@@ -592,7 +648,7 @@ def reduce_buffers(scenarios: Scenarios, *, memory_limit: int | None = None,
                          field="memory_limit")
     front = _front(evaluated, names, fitness)
     chromosome, point = _pick(front, memory_limit, min_fps, names)  # lines 9-16
-    return result(chromosome, point, [p for _, p in front], False, params.generations)
+    return result(chromosome, point, [p for _, p in front], False, done_generations)
 
 
 def _ranks(population: Sequence[_Individual]) -> dict[int, int]:

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from sbrs.app.app import App
     from sbrs.plan import AppPlan
 
-__all__ = ["COST_MODELS", "load_reduction", "load_reduction_cuts", "reduce_app"]
+__all__ = ["COST_MODELS", "load_reduction", "load_reduction_strategy", "reduce_app"]
 
 COST_MODELS: tuple[str, ...] = ("auto", "analytic", "measured")
 
@@ -103,6 +103,7 @@ def reduce_app(app: App, plan: AppPlan, memory_limit: int, *, min_fps: Mapping[s
         "band_rows": {s: {n: b for n, b in bands.items() if b < _height(models[s], n)}
                       for s, bands in result.band_rows.items()},
         "cuts": {s: list(c) for s, c in result.cuts.items()},
+        "tiles": {s: [[list(g), b] for g, b in t] for s, t in result.tiles.items()},
         "pareto": [p.to_dict() for p in result.pareto],
         "chosen": result.chosen.to_dict(),
         "unreduced": result.unreduced.to_dict(),
@@ -118,12 +119,12 @@ def _height(model: Any, layer: str) -> int:
 
 def _figures(models: Mapping[str, Any], result: ReductionResult, cost: CostModel) -> dict[str, Any]:
     """Buffer figures of the chosen configuration (Algorithm 10) and of its executor's arena, both checked."""
-    reduced = plan_reduction(models, result.band_rows, cost=cost, cuts=result.cuts)
+    reduced = plan_reduction(models, result.band_rows, cost=cost, cuts=result.cuts, tiles=result.tiles)
     problems = check_plan(reduced.problem, reduced.arena)
     if problems:
         raise InputError(f"internal error: the reduced plan is invalid: {problems[0]}")
     runnable = {s: executable_bands(m, result.band_rows.get(s, {})) for s, m in models.items()}
-    parts = compile_parts(models, runnable, cuts=result.cuts)
+    parts = compile_parts(models, runnable, cuts=result.cuts, tiles=result.tiles)
     return {
         "params_bytes": reduced.params_bytes,
         "arena_bytes": reduced.arena.arena_bytes,
@@ -148,13 +149,15 @@ def load_reduction(path: str | Path, app: App) -> dict[str, dict[str, int]]:
     return {str(s): {str(n): int(b) for n, b in layers.items()} for s, layers in reduction["band_rows"].items()}
 
 
-def load_reduction_cuts(path: str | Path, app: App) -> dict[str, tuple[str, ...]]:
-    """The partition cuts chosen with the band heights of :func:`load_reduction` (``PartsRuntime(cuts=...)``);
-    empty for a plan saved before cuts existed."""
+def load_reduction_strategy(path: str | Path, app: App) -> dict[str, Any]:
+    """The partition cuts and tile groups chosen with the band heights of :func:`load_reduction`, as
+    ``{"cuts": ..., "tiles": ...}`` keyword arguments of ``PartsRuntime``; empty for an older plan."""
     from sbrs.plan import load_plan
 
     reduction = load_plan(path, app).reduction or {}
-    return {str(s): tuple(str(t) for t in c) for s, c in reduction.get("cuts", {}).items()}
+    return {"cuts": {str(s): tuple(str(t) for t in c) for s, c in reduction.get("cuts", {}).items()},
+            "tiles": {str(s): tuple((tuple(str(n) for n in g), int(b)) for g, b in t)
+                      for s, t in reduction.get("tiles", {}).items()}}
 
 
 def progress_printer(stream: Any) -> Progress:

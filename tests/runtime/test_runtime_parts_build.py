@@ -110,6 +110,6 @@ def test_measured_costs_are_cached_and_drive_the_search(load_example) -> None:
     assert result.feasible
     frame = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
     references = References(app)
-    with PartsRuntime(models=models, band_rows=result.band_rows, cuts=result.cuts) as runtime:
+    with PartsRuntime(models=models, band_rows=result.band_rows, cuts=result.cuts, tiles=result.tiles) as runtime:
         assert_equivalent(runtime.infer(frame), references.outputs("full", frame), "GA choice")
     assert measure_costs(models, (0, 4), repeats=1).entries  # a direct measurement works too
