@@ -66,7 +66,7 @@ def models_of(case: str) -> dict[str, CnnModel]:
     return {case: fold_model(import_model(zoo.build(case), name=case))}
 
 
-Config = tuple[dict[str, dict[str, int]], dict[str, list[str]]]
+Config = tuple[dict[str, dict[str, int]], dict[str, list[str]], dict[str, list[list[Any]]]]
 
 
 def frames_of(models: dict[str, CnnModel]) -> dict[str, np.ndarray]:
@@ -82,8 +82,8 @@ def measure_ratios(models: dict[str, CnnModel], configs: dict[str, Config], roun
     """fps ratio to the unreduced one-session model per config and scenario, interleaved, medians."""
     inputs = frames_of(models)
     runtimes = {"unreduced": PartsRuntime(models=models)}
-    for label, (bands, cuts) in configs.items():
-        runtimes[label] = PartsRuntime(models=models, band_rows=bands, cuts=cuts)
+    for label, (bands, cuts, tiles) in configs.items():
+        runtimes[label] = PartsRuntime(models=models, band_rows=bands, cuts=cuts, tiles=tiles)
     samples: dict[tuple[str, str], list[float]] = {}
     for _ in range(rounds):
         for scenario in models:
@@ -121,7 +121,7 @@ config = json.loads({config!r})
 models = models_of(config["case"])
 inputs = frames_of(models)
 loaded, _ = resident_bytes()
-runtime = PartsRuntime(models=models, band_rows=config["bands"], cuts=config["cuts"])
+runtime = PartsRuntime(models=models, band_rows=config["bands"], cuts=config["cuts"], tiles=config["tiles"])
 for scenario in models:
     runtime.switch(scenario)
     for _ in range(3):
@@ -135,7 +135,7 @@ def measure_rss(case: str, config: Config, runs: int) -> dict[str, int]:
     """Resident bytes a fresh process running ``config`` adds once its models are built (median of ``runs``)."""
     samples = []
     for _ in range(runs):
-        text = json.dumps({"case": case, "bands": config[0], "cuts": config[1]})
+        text = json.dumps({"case": case, "bands": config[0], "cuts": config[1], "tiles": config[2]})
         out = subprocess.run([sys.executable, "-c", CHILD.format(repo=str(REPO), config=text)], check=True,
                              capture_output=True, text=True).stdout
         figures = json.loads(out.strip().splitlines()[-1])
@@ -168,10 +168,11 @@ def run_case(case: str, rounds: int, frames: int, params: GaParams, rss_runs: in
     chosen["GA minimal"] = search.pareto[0]
     configs: dict[str, Config] = {
         label: ({s: executable_bands(models[s], point.band_rows.get(s, {})) for s in models},
-                {s: list(c) for s, c in point.cuts.items()})
+                {s: list(c) for s, c in point.cuts.items()},
+                {s: [[list(g), b] for g, b in t] for s, t in point.tiles.items()})
         for label, point in chosen.items()}
     measured = measure_ratios(models, configs, rounds, frames)
-    rss = {"unreduced": measure_rss(case, ({}, {}), rss_runs)}
+    rss = {"unreduced": measure_rss(case, ({}, {}, {}), rss_runs)}
     for label, config in configs.items():
         rss[label] = measure_rss(case, config, rss_runs)
     rows = [
@@ -186,6 +187,8 @@ def run_case(case: str, rounds: int, frames: int, params: GaParams, rss_runs: in
                      "model_ratio": ratio(point),
                      "layers_by_parts": {s: len(b) for s, b in point.band_rows.items()},
                      "cuts": {s: len(c) for s, c in point.cuts.items()},
+                     "tiles": {s: len(t) for s, t in point.tiles.items()},
+                     "tile_groups": {s: [[list(g), b] for g, b in t] for s, t in point.tiles.items()},
                      "band_rows": point.band_rows, "cut_tensors": {s: list(c) for s, c in point.cuts.items()},
                      "measured": measured[label], "rss": rss[label]})
     return {"case": case, "title": CASES.get(case, case), "params_bytes": p_bytes, "rows": rows,

@@ -43,7 +43,7 @@ from sbrs.runtime.parts import PartsRuntime
 __all__ = ["cached_costs", "costs_path", "device_name", "measure_costs"]
 
 #: What a table holds: folded layers, band and tile figures, fastest of the repeats (older tables are remade).
-TABLE = "folded-tiles-min"
+TABLE = "folded-tiles-min-interleaved"
 
 Progress = Callable[[int, int], None]
 
@@ -68,7 +68,8 @@ def measure_costs(models: Mapping[str, CnnModel], candidates: Sequence[int] = Ga
                   repeats: int = 5, progress: Progress | None = None) -> MeasuredCostModel:
     """Measure every layer of ``models`` whole, in bands of each candidate height and as a member of every
     candidate tile group at each candidate exit band (module docstring). Each call's figure is the fastest
-    of ``repeats`` frames: on a shared machine the minimum is the estimate least disturbed by other load."""
+    of ``repeats`` frames, each frame interleaved with a frame of the whole model (whose figures are the
+    fastest over all of them): on a shared machine the minimum is the estimate least disturbed by load."""
     bands_list = sorted({int(c) for c in candidates if int(c) > 0} | {0}, reverse=False)
     models = {s: fold_model(m) for s, m in models.items()}  # what the GA and PartsRuntime see
     measured: list[tuple[Layer, int, float]] = []
@@ -85,15 +86,32 @@ def measure_costs(models: Mapping[str, CnnModel], candidates: Sequence[int] = Ga
             configs.append(("band", band, config, []))
         for band in bands_list[1:]:
             configs.append(("tile", band, {}, [(g, band) for g in groups if layer_height(model.layer(g[-1])) > band]))
+        whole = PartsRuntime(models={scenario: model})
+        whole.infer(frame)
+        whole_samples: list[list[float]] = []
+        results = []
         for kind, band, config, tiles in configs:
-            if kind == "tile" and not tiles:
+            if (kind == "tile" and not tiles) or (kind == "band" and band == 0):  # the whole model: below
                 done += 1
                 continue
             with PartsRuntime(models={scenario: model}, band_rows={scenario: config},
                               tiles={scenario: tiles}) as runtime:
                 runtime.infer(frame)  # warm-up
-                seconds = runtime.timed_calls(frame, repeats, reduce="min")
+                samples = []
+                for _ in range(repeats):  # interleaved with the whole model, so both see the same load
+                    whole_samples.append(whole.timed_calls(frame, 1))
+                    samples.append(runtime.timed_calls(frame, 1))
+                seconds = [float(v) for v in np.min(np.array(samples), axis=0)]
                 parts = runtime.plan.scenarios[scenario]
+            results.append((kind, band, tiles, parts, seconds))
+            done += 1
+            if progress is not None:
+                progress(done, total)
+        whole_parts = whole.plan.scenarios[scenario]
+        whole_seconds = [float(v) for v in np.min(np.array(whole_samples), axis=0)]
+        whole.close()
+        results.insert(0, ("band", 0, [], whole_parts, whole_seconds))
+        for kind, band, tiles, parts, seconds in results:
             members = {name for group, _ in tiles for name in group}
             per_layer: dict[str, float] = {}
             for call, spent in zip(parts.calls, seconds, strict=True):
@@ -109,9 +127,6 @@ def measure_costs(models: Mapping[str, CnnModel], candidates: Sequence[int] = Ga
                     measured.append((layer, layer_height(layer), spent))
                 elif name in parts.band_rows:
                     measured.append((layer, band, spent))
-            done += 1
-            if progress is not None:
-                progress(done, total)
     table = MeasuredCostModel(fallback=AnalyticCostModel(), device=device_name()).with_measurements(measured)
     return table.with_measurements(tiled, tile=True)
 
