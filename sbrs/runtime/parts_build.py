@@ -210,7 +210,9 @@ def format_reduction(reduction: Mapping[str, Any]) -> str:
     unreduced = reduction["unreduced"]["memory_bytes"] / mb
     lines.append(f"chosen: {chosen['memory_bytes'] / mb:.2f} MB = parameters {chosen['params_bytes'] / mb:.2f} + "
                  f"buffers {chosen['arena_bytes'] / mb:.2f} MB (unreduced {unreduced:.2f} MB); layers by parts: "
-                 + ", ".join(f"{s} {n}" for s, n in banded.items()))
+                 + ", ".join(f"{s} {n}" for s, n in banded.items())
+                 + "".join(f"; {s}: {len(c)} partition cuts" for s, c in reduction.get("cuts", {}).items())
+                 + "".join(f"; {s}: {len(t)} tiled groups" for s, t in reduction.get("tiles", {}).items()))
     lines.append(f"executor arena (line buffers and band boundaries): {figures['executor_arena_bytes'] / mb:.2f} MB; "
                  "calls per frame: " + ", ".join(f"{s} {n}" for s, n in figures["executor_calls"].items()))
     scenarios = list(chosen["fps"])
