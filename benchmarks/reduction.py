@@ -12,9 +12,10 @@ with conv→BN→activation folded into one layer (``sbrs.model.fold``, what ONN
   unreduced one for every scenario;
 - ``GA minimal``: the smallest memory on the front (Algorithm 9 with no throughput constraint): the smallest
   reachable configuration;
-- ``front >=0.85``: up to ``--front`` members of the front, spread over memory, are measured (interleaved,
-  fewer rounds); the smallest whose measured throughput is at least 0.85 of the unreduced one, measured
-  again with the rows above (absent when none is). The measured front is printed last.
+- ``front >=0.85``: up to ``--front`` members of the front, spread over memory, are measured (interleaved);
+  the smallest whose measured throughput is at least 0.85 of the unreduced one, measured again with the
+  rows above (absent when none is; on a loaded machine the second measurement may disagree: both are
+  printed). The measured front is printed last.
 
 Planned memory is the model's (Eq. 2.5: unique parameters + the reduced arena of Algorithm 10, which counts
 every tensor of the folded model, including those that exist only inside one ONNX Runtime call); ``exec
@@ -186,7 +187,7 @@ def run_case(case: str, rounds: int, frames: int, params: GaParams, rss_runs: in
     # the front, measured: the smallest member measured at >= 0.85 of the unreduced speed
     sample = [p for p in spread(list(search.pareto), front_count) if p.memory_bytes < unreduced.memory_bytes]
     front_measured = measure_ratios(models, {f"front{i}": config_of(models, p) for i, p in enumerate(sample)},
-                                    max(3, rounds // 2), max(2, frames // 2))
+                                    rounds, frames)
     measured_front = []
     for i, point in enumerate(sample):
         scenarios = front_measured[f"front{i}"]["scenarios"]
