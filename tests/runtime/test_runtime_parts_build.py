@@ -13,7 +13,7 @@ from sbrs.model import CnnModel
 from sbrs.model.fold import fold_model
 from sbrs.reduction import GaParams, MeasuredCostModel, layer_height, reduce_buffers
 from sbrs.runtime.parts import PartsRuntime
-from sbrs.runtime.parts_build import load_reduction
+from sbrs.runtime.parts_build import load_reduction, load_reduction_strategy
 from sbrs.runtime.parts_cost import cached_costs, costs_path, measure_costs
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 
@@ -54,8 +54,13 @@ def test_tight_limit_chooses_a_reduction_and_saves_it(load_example, tmp_path: Pa
     app = load_example("tiny")
     bands = load_reduction(tmp_path / "tiny.plan.json", app)
     assert bands == reduction["band_rows"]
+    strategy = load_reduction_strategy(tmp_path / "tiny.plan.json", app)  # partition cuts and tile groups
+    assert set(strategy) == {"cuts", "tiles"}
+    assert {s: list(c) for s, c in strategy["cuts"].items()} == reduction["cuts"]
+    assert {s: [[list(g), b] for g, b in t] for s, t in strategy["tiles"].items()} == reduction["tiles"]
     references = References(app)  # spot check: the chosen configuration, run for real, equals the models
-    with PartsRuntime(app, bands) as runtime:
+    with PartsRuntime(app, bands, **strategy) as runtime:
+        assert runtime.arena_bytes == reduction["figures"]["executor_arena_bytes"]
         for scenario in runtime.scenarios:
             runtime.switch(scenario)
             frame = random_frame(app, 3)
