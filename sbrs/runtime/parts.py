@@ -43,6 +43,19 @@ Line buffers
     addresses and the IOBindings of every call of a frame are computed once at load; a frame is a list of
     copies and ``run_with_iobinding`` calls.
 
+Streamed input
+    A band on the graph input (``band_rows[scenario]["input:..."]``) makes the frame an edge like any other:
+    the arena holds a line buffer of its rows, and a *feed* step (``Call.feed``, no session) copies each
+    band's rows from the caller's frame (transposed to the rows layout) just before the calls that read
+    them. Without it the frame is copied whole into the arena first.
+
+Partitions and tiles
+    ``cuts`` and ``tiles`` reach :func:`~sbrs.reduction.csdf.cnn_to_csdf` unchanged: a cut only reorders the
+    firings (and holds the cut tensor whole); a tiled group's firing becomes one call of all its members,
+    each with the pads of the rows *it* computes, and a ``Slice`` along H where a member reads fewer rows
+    than the call holds (``Call.slices``). Its internal tensors live inside ONNX Runtime, band-sized, and have
+    no buffer here (the plan of :mod:`sbrs.reduction` counts them as transients of the firing).
+
 The arena problem: one timeline per scenario whose steps are its calls; a buffer is live from the first call
 that touches it to the last (the frame input from call 0, graph outputs to the last call). It is checked with
 :func:`sbrs.memory.check_plan` before anything runs.
