@@ -1,19 +1,31 @@
-"""Buffers reduction, modelled memory and measured throughput (thesis Tables 4.2 and 6.6 style).
+"""Buffers reduction, planned and measured memory and measured throughput (thesis Tables 4.2 and 6.6 style).
 
-For each CNN (MobileNetV2 1.0@224, ResNet-18, EfficientNet-B0, SqueezeNet 1.1) and the multi-CNN example app:
+For each CNN (MobileNetV2 1.0@224, ResNet-18, EfficientNet-B0, SqueezeNet 1.1) and the multi-CNN example app,
+with conv→BN→activation folded into one layer (``sbrs.model.fold``, what ONNX Runtime runs):
 
 - ``naive``: parameters + one buffer per edge (thesis M_naive);
 - ``reuse``: parameters + whole tensors planned in one arena (no processing by parts; Algorithm 9, lines 1-5);
-- ``GA tight``: Algorithm 9's search (measured cost model) under the memory limit ``params + 50% of the reuse
-  buffers``; of its Pareto front, the member under the limit with the best modelled throughput (Algorithm 9,
-  line 14, picks the *smallest* memory meeting every constraint; with a throughput constraint that no member
-  under the limit meets it falls back to the smallest memory, line 16, which is the next row);
-- ``GA minimal``: the smallest memory on the same Pareto front (Algorithm 9 with no throughput constraint).
+- ``GA tight``: Algorithm 9's search (measured cost model, band heights and partition cuts, the frame
+  streamed row by row) under the memory limit ``params + 50% of the reuse buffers``; of its Pareto front, the
+  member under the limit with the best modelled throughput;
+- ``GA >=0.85``: the smallest memory on the front whose modelled throughput is at least 0.85 of the
+  unreduced one for every scenario;
+- ``GA minimal``: the smallest memory on the front (Algorithm 9 with no throughput constraint): the smallest
+  reachable configuration;
+- ``front >=0.85``: up to ``--front`` members of the front, spread over memory, are measured (interleaved);
+  the smallest whose measured throughput is at least 0.85 of the unreduced one, measured again with the
+  rows above (absent when none is; on a loaded machine the second measurement may disagree: both are
+  printed). The measured front is printed last.
 
-Memory is the model's (Eq. 2.5: unique parameters + the reduced arena of Algorithm 10). Throughput is measured
-on :class:`sbrs.runtime.parts.PartsRuntime` and given as a ratio to the unreduced model run as one ONNX Runtime
-session in the same process: blocks of frames interleaved, medians (DESIGN.md "Benchmarks"). Costs for the GA
-are measured once per machine and cached (``sbrs.runtime.parts_cost``).
+Planned memory is the model's (Eq. 2.5: unique parameters + the reduced arena of Algorithm 10, which counts
+every tensor of the folded model, including those that exist only inside one ONNX Runtime call); ``exec
+arena`` is the arena :class:`~sbrs.runtime.parts.PartsRuntime` allocates (tensors between its calls).
+Measured memory is the resident set of a fresh process running the configuration, above the same process
+after it imported everything and built the models (so ONNX Runtime's sessions, its copies of the weights and
+its own buffers count, the Python model does not), median of ``--rss-runs``. Throughput is measured on
+``PartsRuntime`` as a ratio to the unreduced model run as one ONNX Runtime session in the same process:
+blocks of frames interleaved, medians. Costs for the GA are measured once per machine and cached
+(``sbrs.runtime.parts_cost``).
 
     python benchmarks/reduction.py [--json] [--only mobilenet_v2,multi-cnn] [--rounds 5] [--frames 5]
 """
@@ -22,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,6 +44,7 @@ import numpy as np
 
 from sbrs import zoo
 from sbrs.model import CnnModel, import_model, naive_buffer_bytes, params_bytes
+from sbrs.model.fold import fold_model
 from sbrs.reduction import GaParams, plan_reduction, reduce_buffers
 from sbrs.reduction.cost import model_fps
 from sbrs.reduction.phases import full_bands
@@ -48,11 +62,15 @@ CASES = {
 
 
 def models_of(case: str) -> dict[str, CnnModel]:
+    """The case's models, folded (conv→BN→activation one layer)."""
     if case == "multi-cnn":
         from sbrs.app import load_app
 
-        return dict(load_app(REPO / "apps" / "multi-cnn.yaml").models)
-    return {case: import_model(zoo.build(case), name=case)}
+        return {s: fold_model(m) for s, m in load_app(REPO / "apps" / "multi-cnn.yaml").models.items()}
+    return {case: fold_model(import_model(zoo.build(case), name=case))}
+
+
+Config = tuple[dict[str, dict[str, int]], dict[str, list[str]], dict[str, list[list[Any]]]]
 
 
 def frames_of(models: dict[str, CnnModel]) -> dict[str, np.ndarray]:
@@ -63,13 +81,13 @@ def frames_of(models: dict[str, CnnModel]) -> dict[str, np.ndarray]:
     return result
 
 
-def measure_ratios(models: dict[str, CnnModel], configs: dict[str, dict[str, dict[str, int]]], rounds: int,
+def measure_ratios(models: dict[str, CnnModel], configs: dict[str, Config], rounds: int,
                    frames: int) -> dict[str, dict[str, Any]]:
     """fps ratio to the unreduced one-session model per config and scenario, interleaved, medians."""
     inputs = frames_of(models)
     runtimes = {"unreduced": PartsRuntime(models=models)}
-    for label, bands in configs.items():
-        runtimes[label] = PartsRuntime(models=models, band_rows=bands)
+    for label, (bands, cuts, tiles) in configs.items():
+        runtimes[label] = PartsRuntime(models=models, band_rows=bands, cuts=cuts, tiles=tiles)
     samples: dict[tuple[str, str], list[float]] = {}
     for _ in range(rounds):
         for scenario in models:
@@ -86,14 +104,64 @@ def measure_ratios(models: dict[str, CnnModel], configs: dict[str, dict[str, dic
         for scenario in models:
             seconds = float(np.median(samples[(label, scenario)]))
             base = float(np.median(samples[("unreduced", scenario)]))
+            best = float(np.min(samples[(label, scenario)]))
             per[scenario] = {"fps": 1.0 / seconds, "ratio": base / seconds,
-                             "calls": len(runtime.plan.scenarios[scenario].calls)}
+                             "ratio_min": float(np.min(samples[("unreduced", scenario)])) / best,
+                             "calls": len(runtime.plan.scenarios[scenario].calls),
+                             "sessions": runtime.plan.scenarios[scenario].sessions}
         result[label] = {"scenarios": per, "executor_arena_bytes": runtime.arena_bytes}
         runtime.close()
     return result
 
 
-def run_case(case: str, rounds: int, frames: int, params: GaParams) -> dict[str, Any]:
+CHILD = """
+import json, sys
+import numpy as np
+sys.path.insert(0, {repo!r})
+from benchmarks.reduction import models_of, frames_of
+from sbrs.runtime.bench import resident_bytes
+from sbrs.runtime.parts import PartsRuntime
+config = json.loads({config!r})
+models = models_of(config["case"])
+inputs = frames_of(models)
+loaded, _ = resident_bytes()
+runtime = PartsRuntime(models=models, band_rows=config["bands"], cuts=config["cuts"], tiles=config["tiles"])
+for scenario in models:
+    runtime.switch(scenario)
+    for _ in range(3):
+        runtime.infer(inputs[scenario])
+after, peak = resident_bytes()
+print(json.dumps({{"loaded": loaded, "after": after, "peak": peak}}))
+"""
+
+
+def measure_rss(case: str, config: Config, runs: int) -> dict[str, int]:
+    """Resident bytes a fresh process running ``config`` adds once its models are built (median of ``runs``)."""
+    samples = []
+    for _ in range(runs):
+        text = json.dumps({"case": case, "bands": config[0], "cuts": config[1], "tiles": config[2]})
+        out = subprocess.run([sys.executable, "-c", CHILD.format(repo=str(REPO), config=text)], check=True,
+                             capture_output=True, text=True).stdout
+        figures = json.loads(out.strip().splitlines()[-1])
+        samples.append(figures["after"] - figures["loaded"])
+    return {"rss_above_models": int(np.median(samples))}
+
+
+def config_of(models: dict[str, CnnModel], point: Any) -> Config:
+    return ({s: executable_bands(models[s], point.band_rows.get(s, {})) for s in models},
+            {s: list(c) for s, c in point.cuts.items()},
+            {s: [[list(g), b] for g, b in t] for s, t in point.tiles.items()})
+
+
+def spread(front: list[Any], count: int) -> list[Any]:
+    """Up to ``count`` front members spread over memory, the smallest always included."""
+    if len(front) <= count:
+        return list(front)
+    step = (len(front) - 1) / (count - 1)
+    return [front[round(i * step)] for i in range(count)]
+
+
+def run_case(case: str, rounds: int, frames: int, params: GaParams, rss_runs: int, front_count: int) -> dict[str, Any]:
     models = models_of(case)
     start = time.perf_counter()
     cost = cached_costs(models, params.candidates)
@@ -104,41 +172,75 @@ def run_case(case: str, rounds: int, frames: int, params: GaParams) -> dict[str,
     start = time.perf_counter()
     base_fps = {s: model_fps(m, full_bands(m), cost) for s, m in models.items()}
     tight_limit = p_bytes + unreduced.arena.arena_bytes // 2
-    search = reduce_buffers(models, memory_limit=tight_limit, cost=cost, params=params)
-    under = [p for p in search.pareto if p.memory_bytes <= tight_limit]
-    fastest = max(under, key=lambda p: min(p.fps[s] / base_fps[s] for s in models))
+    search = reduce_buffers(models, memory_limit=tight_limit, cost=cost, params=params, stream_input=True)
     ga_s = time.perf_counter() - start
-    chosen = {"GA tight": fastest, "GA minimal": search.pareto[0]}
-    configs = {label: {s: executable_bands(models[s], point.band_rows.get(s, {})) for s in models}
-               for label, point in chosen.items()}
+
+    def ratio(point: Any) -> float:
+        return min(point.fps[s] / base_fps[s] for s in models)
+
+    under = [p for p in search.pareto if p.memory_bytes <= tight_limit]
+    fast = [p for p in search.pareto if ratio(p) >= 0.85]
+    chosen = {"GA tight": max(under, key=ratio)}
+    if fast:
+        chosen["GA >=0.85"] = min(fast, key=lambda p: p.memory_bytes)
+    chosen["GA minimal"] = search.pareto[0]
+    # the front, measured: the smallest member measured at >= 0.85 of the unreduced speed
+    sample = [p for p in spread(list(search.pareto), front_count) if p.memory_bytes < unreduced.memory_bytes]
+    front_measured = measure_ratios(models, {f"front{i}": config_of(models, p) for i, p in enumerate(sample)},
+                                    rounds, frames)
+    measured_front = []
+    for i, point in enumerate(sample):
+        scenarios = front_measured[f"front{i}"]["scenarios"]
+        measured_front.append({"memory_bytes": point.memory_bytes, "model_ratio": ratio(point),
+                               "ratio": min(v["ratio"] for v in scenarios.values()),
+                               "calls": {s: v["calls"] for s, v in scenarios.items()}})
+    fast_measured = [p for p, m in zip(sample, measured_front, strict=True) if m["ratio"] >= 0.85]
+    if fast_measured:
+        chosen["front >=0.85"] = min(fast_measured, key=lambda p: p.memory_bytes)
+    configs: dict[str, Config] = {label: config_of(models, point) for label, point in chosen.items()}
     measured = measure_ratios(models, configs, rounds, frames)
+    rss = {"unreduced": measure_rss(case, ({}, {}, {}), rss_runs)}
+    for label, config in configs.items():
+        rss[label] = measure_rss(case, config, rss_runs)
     rows = [
-        {"config": "naive", "memory_bytes": naive, "buffer_bytes": naive - p_bytes, "measured": measured["unreduced"]},
+        {"config": "naive", "memory_bytes": naive, "buffer_bytes": naive - p_bytes, "measured": measured["unreduced"],
+         "rss": rss["unreduced"]},
         {"config": "reuse", "memory_bytes": unreduced.memory_bytes, "buffer_bytes": unreduced.arena.arena_bytes,
-         "model_fps": unreduced.fps, "measured": measured["unreduced"]},
+         "model_fps": unreduced.fps, "measured": measured["unreduced"], "rss": rss["unreduced"]},
     ]
     for label, point in chosen.items():
         rows.append({"config": label, "memory_limit_bytes": tight_limit if label == "GA tight" else None,
                      "memory_bytes": point.memory_bytes, "buffer_bytes": point.arena_bytes, "model_fps": point.fps,
+                     "model_ratio": ratio(point),
                      "layers_by_parts": {s: len(b) for s, b in point.band_rows.items()},
-                     "measured": measured[label]})
+                     "cuts": {s: len(c) for s, c in point.cuts.items()},
+                     "tiles": {s: len(t) for s, t in point.tiles.items()},
+                     "tile_groups": {s: [[list(g), b] for g, b in t] for s, t in point.tiles.items()},
+                     "band_rows": point.band_rows, "cut_tensors": {s: list(c) for s, c in point.cuts.items()},
+                     "measured": measured[label], "rss": rss[label]})
     return {"case": case, "title": CASES.get(case, case), "params_bytes": p_bytes, "rows": rows,
-            "cost_measure_s": measure_s, "ga_s": ga_s, "device": cost.device if cost else ""}
+            "cost_measure_s": measure_s, "ga_s": ga_s, "device": cost.device if cost else "",
+            "evaluations": search.evaluations, "measured_front": measured_front}
 
 
 def format_case(report: dict[str, Any]) -> str:
-    lines = [f"{report['title']}: parameters {report['params_bytes'] / 1e6:.2f} MB "
-             f"(cost table {report['cost_measure_s']:.0f} s, GA {report['ga_s']:.0f} s)",
-             f"  {'config':<11} {'memory MB':>9} {'buffers MB':>10} {'exec arena':>10}  "
-             "fps ratio (measured) per scenario"]
+    lines = [f"{report['title']}: parameters {report['params_bytes'] / 1e6:.2f} MB (folded) "
+             f"(cost table {report['cost_measure_s']:.0f} s, GA {report['ga_s']:.0f} s, "
+             f"{report['evaluations']} configurations)",
+             f"  {'config':<11} {'planned MB':>10} {'buffers MB':>10} {'exec arena':>10} {'RSS+ MB':>8}  "
+             "fps ratio measured (modelled) per scenario"]
     for row in report["rows"]:
         measured = row["measured"]
-        ratios = ", ".join(f"{s} {v['ratio']:.2f} ({v['fps']:.1f} fps, {v['calls']} calls)"
+        modelled = f" ({row['model_ratio']:.2f})" if "model_ratio" in row else ""
+        ratios = ", ".join(f"{s} {v['ratio']:.2f}{modelled} ({v['fps']:.1f} fps, {v['calls']} calls)"
                            for s, v in measured["scenarios"].items())
-        lines.append(f"  {row['config']:<11} {row['memory_bytes'] / 1e6:>9.2f} {row['buffer_bytes'] / 1e6:>10.2f} "
-                     f"{measured['executor_arena_bytes'] / 1e6:>10.2f}  {ratios}")
+        lines.append(f"  {row['config']:<11} {row['memory_bytes'] / 1e6:>10.2f} {row['buffer_bytes'] / 1e6:>10.2f} "
+                     f"{measured['executor_arena_bytes'] / 1e6:>10.2f} {row['rss']['rss_above_models'] / 1e6:>8.1f}"
+                     f"  {ratios}")
         if row.get("violations"):
             lines.append(f"  {'':<11} not met: {'; '.join(row['violations'])}")
+    lines.append("  measured front (planned MB: measured/modelled ratio): " + ", ".join(
+        f"{m['memory_bytes'] / 1e6:.2f}: {m['ratio']:.2f}/{m['model_ratio']:.2f}" for m in report["measured_front"]))
     return "\n".join(lines)
 
 
@@ -150,11 +252,13 @@ def main() -> int:
     parser.add_argument("--frames", type=int, default=5)
     parser.add_argument("--population", type=int, default=24)
     parser.add_argument("--generations", type=int, default=16)
+    parser.add_argument("--rss-runs", type=int, default=3)
+    parser.add_argument("--front", type=int, default=12, help="Pareto front members to measure")
     args = parser.parse_args()
     params = GaParams(population=args.population, generations=args.generations, seed=0)
     reports = []
     for case in args.only.split(","):
-        report = run_case(case, args.rounds, args.frames, params)
+        report = run_case(case, args.rounds, args.frames, params, args.rss_runs, args.front)
         reports.append(report)
         if not args.json:
             print(format_case(report), flush=True)

@@ -21,7 +21,7 @@ from sbrs.model.cnn import (
 
 # ONNX import and export load the onnx package; they are imported on first use, so code that only needs the
 # model types (the runtime running a compiled build) does not pay for it.
-_LAZY = {"build_graph_model": "onnx_export", "to_onnx": "onnx_export",
+_LAZY = {"build_graph_model": "onnx_export", "to_onnx": "onnx_export", "fold_model": "fold", "fold_bands": "fold",
          "import_model": "onnx_import", "import_onnx": "onnx_import", "load_onnx": "onnx_import"}
 
 
@@ -44,6 +44,8 @@ __all__ = [
     "TensorSpec",
     "WeightStore",
     "build_graph_model",
+    "fold_bands",
+    "fold_model",
     "import_model",
     "import_onnx",
     "layer_work",

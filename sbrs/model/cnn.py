@@ -146,6 +146,10 @@ class Layer:
     attributes as JSON values. ``kernel``, ``stride``, ``pads``, ``dilation`` and ``groups`` are derived for
     every op as Table 2.1 defines them (defaults 1, 1, zeros, 1, 1); ``pads`` is (top, left, bottom, right),
     the ONNX order, whereas the thesis writes [left, top, right, bottom] (Eq. 2.3-2.4).
+
+    ``fused``: activation layers folded into this one (``sbrs.model.fold``): the layer computes its own op,
+    then each of them in order, and produces the last one's ``outputs``; its ``params`` include theirs. The
+    first one reads the internal tensor named by its first operand. Empty for every imported layer.
     """
 
     name: str
@@ -163,6 +167,7 @@ class Layer:
     attributes: dict[str, Any] = field(default_factory=dict)
     params: tuple[ParamRef, ...] = ()
     domain: str = ""
+    fused: tuple[Layer, ...] = ()
 
     @property
     def inputs(self) -> tuple[str, ...]:

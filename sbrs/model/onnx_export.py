@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -22,11 +23,23 @@ def _attribute(key: str, value: Any) -> onnx.AttributeProto:
     return helper.make_attribute(key, value)
 
 
-def make_node(layer: Layer) -> onnx.NodeProto:
-    node = helper.make_node(layer.op, list(layer.operands), list(layer.outputs), name=layer.name,
-                            domain=layer.domain or None)
+def make_node(layer: Layer, outputs: Sequence[str] | None = None) -> onnx.NodeProto:
+    node = helper.make_node(layer.op, list(layer.operands), list(layer.outputs if outputs is None else outputs),
+                            name=layer.name, domain=layer.domain or None)
     node.attribute.extend(_attribute(key, value) for key, value in layer.attributes.items())
     return node
+
+
+def make_nodes(layer: Layer) -> list[onnx.NodeProto]:
+    """The ONNX nodes of ``layer``: one, or its op followed by its ``fused`` activations (``sbrs.model.fold``)."""
+    if not layer.fused:
+        return [make_node(layer)]
+    chain = [layer, *layer.fused]
+    nodes = []
+    for current, after in pairwise(chain):
+        nodes.append(make_node(current, (after.operands[0],)))
+    nodes.append(make_node(chain[-1], layer.outputs))
+    return nodes
 
 
 def _value_info(name: str, spec: TensorSpec) -> onnx.ValueInfoProto:
@@ -42,7 +55,7 @@ def build_graph_model(layers: Sequence[Layer], inputs: Iterable[tuple[str, Tenso
 
     ``initializer`` makes each parameter's tensor from its array and name (default: the bytes inside the
     model; ``sbrs build`` writes them to its weights file instead)."""
-    nodes = [make_node(layer) for layer in layers]
+    nodes = [node for layer in layers for node in make_nodes(layer)]
     initializers: dict[str, onnx.TensorProto] = {}
     for layer in layers:
         for param in layer.params:

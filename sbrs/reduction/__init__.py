@@ -44,9 +44,11 @@ from sbrs.reduction.ga import (
     Point,
     ReductionPlan,
     ReductionResult,
+    cut_genes,
     plan_reduction,
     reduce_buffers,
     reduction_genes,
+    tile_genes,
 )
 from sbrs.reduction.phases import (
     InputPhases,
@@ -70,6 +72,7 @@ from sbrs.reduction.schedule import (
     reduced_problem,
     schedule_csdf,
 )
+from sbrs.reduction.tiles import TilePhases, tile_groups, tile_phases
 
 __all__ = [
     "RULE",
@@ -93,9 +96,11 @@ __all__ = [
     "Region",
     "RowMap",
     "Schedule",
+    "TilePhases",
     "bands_from_phases",
     "check_schedule",
     "cnn_to_csdf",
+    "cut_genes",
     "derive_phases",
     "figure_4_1_model",
     "full_bands",
@@ -118,4 +123,7 @@ __all__ = [
     "row_bytes",
     "schedule_csdf",
     "tensor_rows",
+    "tile_genes",
+    "tile_groups",
+    "tile_phases",
 ]

@@ -21,24 +21,29 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from sbrs.cache import write_atomic
 from sbrs.errors import InputError
 from sbrs.model.cnn import CnnModel, Layer, layer_work
 from sbrs.reduction.rows import layer_height
 
+if TYPE_CHECKING:
+    from sbrs.reduction.tiles import TilePhases
+
 __all__ = [
     "AnalyticCostModel",
     "CostModel",
     "MeasuredCostModel",
+    "config_seconds",
     "layer_key",
     "layer_work",
     "model_fps",
     "model_seconds",
+    "tile_seconds",
 ]
 
 
@@ -85,7 +90,9 @@ class AnalyticCostModel:
 def layer_key(layer: Layer) -> str:
     """Configuration key of a layer for measured costs: op, shapes and Table 2.1 attributes (not the name)."""
     text = json.dumps([layer.op, layer.input_shapes, layer.output_shapes, layer.kernel, layer.stride, layer.pads,
-                       layer.dilation, layer.groups, sorted((k, str(v)) for k, v in layer.attributes.items())],
+                       layer.dilation, layer.groups, sorted((k, str(v)) for k, v in layer.attributes.items()),
+                       *([[f.op, sorted((k, str(v)) for k, v in f.attributes.items())] for f in layer.fused]
+                         if layer.fused else [])],
                       default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
@@ -117,11 +124,21 @@ class MeasuredCostModel:
         found = self._lookup.get((layer_key(layer), band))  # type: ignore[attr-defined]
         return found if found is not None else self.fallback.layer_seconds(layer, band)
 
-    def with_measurements(self, measured: Iterable[tuple[Layer, int, float]]) -> MeasuredCostModel:
-        """A new model with ``(layer, band_rows, seconds)`` measurements added (later ones replace earlier)."""
+    def tile_layer_seconds(self, layer: Layer, band_rows: int) -> float | None:
+        """The measured seconds per frame of ``layer`` as a member of a tiled group whose exit runs in bands of
+        ``band_rows`` (halo recomputation included), or None when not measured."""
+        return self._lookup.get((TILE + layer_key(layer), band_rows))  # type: ignore[attr-defined]
+
+    def with_measurements(self, measured: Iterable[tuple[Layer, int, float]], *,
+                          tile: bool = False) -> MeasuredCostModel:
+        """A new model with ``(layer, band_rows, seconds)`` measurements added (later ones replace earlier);
+        ``tile``: figures of tiled-group members, keyed by the group's exit band."""
         table = self._table()
         for layer, band_rows, seconds in measured:
-            table[(layer_key(layer), max(1, min(band_rows, layer_height(layer))))] = float(seconds)
+            if tile:
+                table[(TILE + layer_key(layer), int(band_rows))] = float(seconds)
+            else:
+                table[(layer_key(layer), max(1, min(band_rows, layer_height(layer))))] = float(seconds)
         return MeasuredCostModel(tuple((k, b, s) for (k, b), s in table.items()), self.fallback, self.device)
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,6 +164,32 @@ class MeasuredCostModel:
             return cls.from_dict(json.loads(Path(path).read_text()))
         except (OSError, ValueError, TypeError, KeyError) as exc:
             raise InputError(f"not a readable cost table ({type(exc).__name__}: {exc})", file=str(path)) from None
+
+
+TILE = "tile:"
+
+
+def tile_seconds(model: CnnModel, tile: TilePhases, cost: CostModel) -> float:
+    """Seconds per frame of a tiled group: per member, the measured tile figure when the cost model has one,
+    else its band cost at the rows it computes per firing times the recomputation (rows computed / height)."""
+    total = 0.0
+    measured = getattr(cost, "tile_layer_seconds", None)
+    for member in tile.members:
+        layer = model.layer(member.layer)
+        value = measured(layer, tile.plan.band_rows) if measured is not None else None
+        if value is None:
+            rows = sum(o1 - o0 for o0, o1 in member.out_rows)
+            band = max(1, rows // max(1, len(member.out_rows)))
+            value = cost.layer_seconds(layer, band) * rows / max(1, member.height)
+        total += value
+    return total
+
+
+def config_seconds(model: CnnModel, bands: Mapping[str, int], tiles: Sequence[TilePhases], cost: CostModel) -> float:
+    """Seconds per frame of ``model`` with ``bands`` and tiled groups ``tiles`` (their members' bands unused)."""
+    members = {name for tile in tiles for name in tile.layers}
+    return sum(cost.layer_seconds(layer, bands.get(layer.name, layer_height(layer))) for layer in model.layers
+               if layer.name not in members) + sum(tile_seconds(model, tile, cost) for tile in tiles)
 
 
 def model_seconds(model: CnnModel, bands: Mapping[str, int], cost: CostModel) -> float:

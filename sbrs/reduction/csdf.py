@@ -25,13 +25,15 @@ for the thesis' element counts (``V_23 = [384, 192, 192, 256]`` of Section 4.5.2
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from sbrs.errors import InputError
 from sbrs.model.cnn import CnnModel
 from sbrs.reduction.phases import LayerPhases, layer_phases, normalize_bands
 from sbrs.reduction.rows import row_bytes, row_elements, tensor_rows
+from sbrs.reduction.tiles import TilePhases, tile_phases
 
 __all__ = ["Actor", "Channel", "CsdfGraph", "cnn_to_csdf"]
 
@@ -85,12 +87,29 @@ class Channel:
 
 @dataclass(frozen=True)
 class CsdfGraph:
-    """``G(A, C)`` of Algorithm 4 plus the per-phase row plan of every layer (for an executor)."""
+    """``G(A, C)`` of Algorithm 4 plus the per-phase row plan of every layer (for an executor).
+
+    ``cuts``: tensors at which the CNN is partitioned (thesis Section 6.4, partitions ``P_p``): a cut
+    tensor's consumers start only once its producer has fired its last phase, so the partitions before and
+    after it run one after the other and their line buffers are never live at once (Algorithm 10, lines
+    2-9: each partition's minimum buffers, then buffer reuse across partitions). The cut tensor itself is
+    held whole. ``tiles``: groups of layers that fire as one actor (named after the group's exit layer),
+    recomputing the overlap of consecutive bands (:mod:`sbrs.reduction.tiles`).
+    """
 
     name: str
     actors: tuple[Actor, ...]
     channels: tuple[Channel, ...]
     layers: tuple[LayerPhases, ...]
+    cuts: tuple[str, ...] = ()
+    tiles: tuple[TilePhases, ...] = ()
+
+    def tile(self, actor: str) -> TilePhases | None:
+        """The tiled group whose actor is ``actor`` (its exit layer), if any."""
+        for tile in self.tiles:
+            if tile.plan.layer == actor:
+                return tile
+        return None
 
     def actor(self, name: str) -> Actor:
         """The actor called ``name``."""
@@ -125,6 +144,8 @@ class CsdfGraph:
             "actors": [asdict(a) for a in self.actors],
             "channels": [asdict(c) for c in self.channels],
             "layers": [plan.to_dict() for plan in self.layers],
+            "cuts": list(self.cuts),
+            "tiles": [{"layers": list(t.layers), "band_rows": t.plan.band_rows} for t in self.tiles],
         }
 
     def to_json(self) -> str:
@@ -132,19 +153,35 @@ class CsdfGraph:
         return json.dumps(self.to_dict(), sort_keys=True)
 
 
-def cnn_to_csdf(model: CnnModel, bands: Mapping[str, int] | None = None, *, name: str | None = None) -> CsdfGraph:
+def cnn_to_csdf(model: CnnModel, bands: Mapping[str, int] | None = None, *, name: str | None = None,
+                cuts: Iterable[str] = (), tiles: Iterable[tuple[Sequence[str], int]] = ()) -> CsdfGraph:
     """Thesis Algorithm 4: the CSDF graph of ``model`` processing ``bands[layer]`` output rows per phase.
 
     ``bands`` maps layer names to band heights (missing: the whole height; see
     :func:`~sbrs.reduction.phases.normalize_bands`). Actors come in the model's topological order.
+    ``cuts``: tensors where the CNN is partitioned (:class:`CsdfGraph`); an unknown tensor or a graph input
+    is an ``InputError``; cuts where nothing runs by parts on either side change nothing and are dropped.
+    ``tiles``: ``(layers, band_rows)`` groups fired as one actor each (:mod:`sbrs.reduction.tiles`); a layer
+    in two groups is an ``InputError``.
     """
     bands = normalize_bands(model, bands or {})
-    plans = {layer.name: layer_phases(model, layer, bands[layer.name]) for layer in model.layers}
-    actors = tuple(Actor(layer.name, layer.op, plans[layer.name].phases, bands[layer.name],
-                         plans[layer.name].height) for layer in model.layers)  # lines 2-10
-    producer = {tensor: layer.name for layer in model.layers for tensor in layer.outputs if tensor}
+    tiled = tuple(tile_phases(model, list(layers), band) for layers, band in tiles)
+    actor_of = {layer.name: layer.name for layer in model.layers}
+    for tile in tiled:
+        for member in tile.layers:
+            if actor_of[member] != member:
+                raise InputError(f"layer '{member}' is in two tile groups", field="tiles")
+            actor_of[member] = tile.plan.layer
+    plans = {layer.name: layer_phases(model, layer, bands[layer.name]) for layer in model.layers
+             if actor_of[layer.name] == layer.name}
+    for tile in tiled:
+        plans[tile.plan.layer] = tile.plan
+    kept_layers = [layer for layer in model.layers if layer.name in plans]
+    actors = tuple(Actor(layer.name, plans[layer.name].op, plans[layer.name].phases, plans[layer.name].band_rows,
+                         plans[layer.name].height) for layer in kept_layers)  # lines 2-10
+    producer = {tensor: actor_of[layer.name] for layer in model.layers for tensor in layer.outputs if tensor}
     channels: list[Channel] = []
-    for layer in model.layers:  # lines 11-13: self-loops, one per input tensor whose phases overlap
+    for layer in kept_layers:  # lines 11-13: self-loops, one per input tensor whose phases overlap
         plan = plans[layer.name]
         for item in plan.inputs:
             if any(item.kept):
@@ -152,14 +189,27 @@ def cnn_to_csdf(model: CnnModel, bands: Mapping[str, int] | None = None, *, name
                 channels.append(Channel(f"{layer.name}->{layer.name}:{item.tensor}", layer.name, layer.name,
                                         item.tensor, True, item.kept, item.reuse, tensor_rows(spec.shape),
                                         row_elements(spec.shape), row_bytes(spec)))
+    seen: set[tuple[str, str, str]] = set()
     for edge in model.edges:  # lines 14-16 and 24-36
-        src_plan, dst_plan = plans[edge.src], plans[edge.dst]
-        if producer.get(edge.tensor) != edge.src:
-            continue
+        src, dst = actor_of[edge.src], actor_of[edge.dst]
+        if producer.get(edge.tensor) != src or src == dst or (src, dst, edge.tensor) in seen:
+            continue  # inside a tile group, or a tensor a group reads twice
+        seen.add((src, dst, edge.tensor))
+        src_plan, dst_plan = plans[src], plans[dst]
         spec = model.tensors[edge.tensor]
         rows = tensor_rows(spec.shape)
         production = src_plan.produced if src_plan.phases > 1 else (rows,)
-        channels.append(Channel(edge.name, edge.src, edge.dst, edge.tensor, False, production,
+        channel_id = edge.name if (src, dst) == (edge.src, edge.dst) else f"{src}->{dst}:{edge.tensor}"
+        channels.append(Channel(channel_id, src, dst, edge.tensor, False, production,
                                 dst_plan.input(edge.tensor).consumed, rows,
                                 row_elements(spec.shape), row_bytes(spec)))
-    return CsdfGraph(name or model.name, actors, tuple(channels), tuple(plans[layer.name] for layer in model.layers))
+    cut_set = tuple(dict.fromkeys(cuts))
+    unknown = [t for t in cut_set if t not in producer]
+    if unknown:
+        raise InputError(f"cut tensor(s) {', '.join(unknown[:5])} are produced by no layer of '{model.name}'",
+                         field="cuts")
+    fifo = [c for c in channels if not c.self_loop]
+    useful = tuple(t for t in cut_set if plans[producer[t]].phases > 1
+                   and any(plans[c.dst].phases > 1 for c in fifo if c.tensor == t))
+    return CsdfGraph(name or model.name, actors, tuple(channels), tuple(plans[layer.name] for layer in kept_layers),
+                     useful, tiled)

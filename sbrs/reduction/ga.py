@@ -20,6 +20,11 @@ Algorithm 9 (:func:`reduce_buffers`):
   ``T^c_n``; the chosen one is the member of ``S`` with minimal memory (line 14), else the front member with
   minimal memory (line 16), and the result lists which constraints it fails (``violations``).
 
+Models: both algorithms work on the scenarios with conv→BN→activation folded into one layer
+(:func:`sbrs.model.fold.fold_model`, what ONNX Runtime runs and what thesis Table 2.1 counts), so parameters,
+genes, buffers and band heights (``band_rows``, keyed by the folded layers' names: a convolution keeps its
+name) are those of the folded models.
+
 Reproducibility: every random choice comes from one ``random.Random(seed)`` owned by the call (deap's own
 variation operators draw from the global ``random`` module, so they are not used); deap's non-dominated
 sorting and crowding distance are deterministic. The initial population holds the whole-height and the
@@ -33,6 +38,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,11 +48,13 @@ from deap import base, tools
 from sbrs.errors import InputError
 from sbrs.memory import ArenaPlan, Problem, plan_arena
 from sbrs.model.cnn import INPUT_OP, CnnModel, params_bytes
-from sbrs.reduction.cost import AnalyticCostModel, CostModel, model_fps
+from sbrs.model.fold import fold_bands, fold_cuts, fold_model, fold_tiles
+from sbrs.reduction.cost import AnalyticCostModel, CostModel, config_seconds
 from sbrs.reduction.csdf import CsdfGraph, cnn_to_csdf
 from sbrs.reduction.phases import full_bands, normalize_bands, phases_of
-from sbrs.reduction.rows import ROWWISE_OPS, is_row_local, layer_height, layer_row_maps
+from sbrs.reduction.rows import ROWWISE_OPS, is_row_local, layer_height, layer_row_maps, row_bytes
 from sbrs.reduction.schedule import Schedule, reduced_problem, schedule_csdf
+from sbrs.reduction.tiles import tile_groups
 
 __all__ = [
     "GaParams",
@@ -54,9 +62,11 @@ __all__ = [
     "Point",
     "ReductionPlan",
     "ReductionResult",
+    "cut_genes",
     "plan_reduction",
     "reduce_buffers",
     "reduction_genes",
+    "tile_genes",
 ]
 
 Scenarios = Mapping[str, CnnModel] | Sequence[CnnModel]
@@ -67,6 +77,11 @@ Progress = Callable[[int, int], None]
 def _mb(nbytes: int) -> str:
     """Bytes as the megabytes users give limits in (1 MB = 10^6 bytes)."""
     return f"{nbytes / 1e6:.6g} MB"
+
+def _folded(models: Mapping[str, CnnModel]) -> dict[str, CnnModel]:
+    """Every model with conv→BN→activation folded into one layer (``sbrs.model.fold``; idempotent)."""
+    return {s: fold_model(m) for s, m in models.items()}
+
 
 def _scenarios(scenarios: Scenarios) -> dict[str, CnnModel]:
     if isinstance(scenarios, Mapping):
@@ -98,6 +113,7 @@ class ReductionPlan:
     arena: ArenaPlan
     params_bytes: int
     fps: dict[str, float]
+    cuts: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def memory_bytes(self) -> int:
@@ -118,6 +134,7 @@ class ReductionPlan:
             "fps": dict(self.fps),
             "phases": self.phases,
             "band_rows": {s: dict(b) for s, b in self.bands.items()},
+            "cuts": {s: list(c) for s, c in self.cuts.items()},
             "schedules": {s: sched.to_dict() for s, sched in self.schedules.items()},
             "arena": self.arena.to_dict(),
         }
@@ -128,24 +145,38 @@ class ReductionPlan:
 
 
 def plan_reduction(scenarios: Scenarios, band_rows: Mapping[str, Mapping[str, int]] | None = None, *,
-                   cost: CostModel | None = None, alignment: int = 64) -> ReductionPlan:
+                   cost: CostModel | None = None, alignment: int = 64,
+                   cuts: Mapping[str, Sequence[str]] | None = None,
+                   tiles: Mapping[str, Sequence[tuple[Sequence[str], int]]] | None = None) -> ReductionPlan:
     """Thesis Algorithm 10 for explicit band heights ``band_rows[scenario][layer]`` (missing: whole height).
 
     Lines 2-7: phases, CSDF graph and minimum buffers with a schedule per scenario; lines 8-10: the reduced
-    buffers of every scenario in one arena (``plan_arena`` over :func:`reduced_problem`).
+    buffers of every scenario in one arena (``plan_arena`` over :func:`reduced_problem`). ``cuts[scenario]``
+    partitions a scenario at those tensors (:class:`~sbrs.reduction.csdf.CsdfGraph`): each partition's line
+    buffers live only while it runs, so the arena reuses them across partitions (lines 2-9). ``tiles[scenario]``:
+    ``(layers, band_rows)`` groups fired as one actor each (seed 002's tiling, :mod:`sbrs.reduction.tiles`).
     """
-    models = _scenarios(scenarios)
+    given = _scenarios(scenarios)
+    models = _folded(given)
     band_rows = band_rows or {}
     unknown = sorted(set(band_rows) - set(models))
     if unknown:
         raise InputError(f"unknown scenario(s) {', '.join(unknown)}", field="band_rows")
     cost = cost or AnalyticCostModel()
-    bands = {s: normalize_bands(m, band_rows.get(s, {})) for s, m in models.items()}
-    graphs = {s: cnn_to_csdf(m, bands[s], name=s) for s, m in models.items()}
+    cuts = cuts or {}
+    tiles = tiles or {}
+    unknown = sorted((set(cuts) | set(tiles)) - set(models))
+    if unknown:
+        raise InputError(f"unknown scenario(s) {', '.join(unknown)}", field="cuts")
+    bands = {s: normalize_bands(m, fold_bands(given[s], m, band_rows.get(s, {}))) for s, m in models.items()}
+    graphs = {s: cnn_to_csdf(m, bands[s], name=s, cuts=fold_cuts(given[s], m, cuts.get(s, ())),
+                             tiles=fold_tiles(given[s], m, tiles.get(s, ())))
+              for s, m in models.items()}
     schedules = {s: schedule_csdf(g) for s, g in graphs.items()}
     problem = reduced_problem(schedules.values(), alignment=alignment)
-    fps = {s: model_fps(m, bands[s], cost) for s, m in models.items()}
-    return ReductionPlan(bands, graphs, schedules, problem, plan_arena(problem), params_bytes(models.values()), fps)
+    fps = {s: 1.0 / max(config_seconds(m, bands[s], graphs[s].tiles, cost), 1e-12) for s, m in models.items()}
+    return ReductionPlan(bands, graphs, schedules, problem, plan_arena(problem), params_bytes(models.values()), fps,
+                         {s: g.cuts for s, g in graphs.items() if g.cuts})
 
 
 # -- Algorithm 9 --------------------------------------------------------------------------------------------
@@ -159,7 +190,10 @@ class GaParams:
     pair of parents is recombined. ``threshold_seeds`` adds the per-height threshold chromosomes to the
     initial population (see the module docstring). ``tie_followers`` gives an element-wise layer that reads
     the rows of one row-local producer 1:1 (BatchNormalization, activations, the Add of a residual) its
-    producer's gene instead of its own (:func:`reduction_genes`).
+    producer's gene instead of its own (:func:`reduction_genes`). ``cuts`` adds one gene per tensor where a
+    scenario may be partitioned (:func:`cut_genes`): 0 = no cut, 1 = cut. ``tiles`` adds one gene per
+    candidate tile group (:func:`tile_genes`, seed 002's strategy): 0 = its layers keep their own genes, else
+    the group's exit band. ``time_budget_s`` stops the search after the generation that passes it.
     """
 
     population: int = 24
@@ -170,6 +204,9 @@ class GaParams:
     seed: int = 0
     threshold_seeds: bool = True
     tie_followers: bool = True
+    cuts: bool = True
+    tiles: bool = True
+    time_budget_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -184,11 +221,54 @@ class Gene:
     height: int
     choices: tuple[int, ...]
     followers: tuple[str, ...] = ()
+    kind: str = "band"
+    group: tuple[str, ...] = ()
 
     @property
     def layers(self) -> tuple[str, ...]:
-        """The layer and its followers: every layer this gene sets."""
-        return (self.layer, *self.followers)
+        """The layer and its followers: every layer this gene sets (none for a cut gene)."""
+        return (self.layer, *self.followers) if self.kind == "band" else ()
+
+
+def tile_genes(models: Mapping[str, CnnModel], candidates: Sequence[int] = GaParams.candidates) -> tuple[Gene, ...]:
+    """One gene per candidate tile group (:func:`~sbrs.reduction.tiles.tile_groups`; ``kind="tile"``,
+    ``layer`` = its exit layer, ``group`` = its layers): ``choices[0] = 0`` leaves the group's layers to their
+    own genes, the others are exit bands below the exit's height (the strategy and size per region)."""
+    genes: list[Gene] = []
+    for scenario, model in models.items():
+        for group in tile_groups(model):
+            height = layer_height(model.layer(group[-1]))
+            bands = sorted({min(int(c), height) for c in candidates if 0 < int(c) < height}, reverse=True)
+            if bands:
+                genes.append(Gene(scenario, group[-1], height, (0, *bands), (), "tile", tuple(group)))
+    return tuple(genes)
+
+
+def cut_genes(models: Mapping[str, CnnModel]) -> tuple[Gene, ...]:
+    """One gene per tensor where a scenario may be partitioned (``kind="cut"``, ``layer`` = the tensor,
+    ``choices = (0, 1)``): the output of a row-local layer taller than one row, read only by row-local
+    layers, not a graph output, and no wider per row than the widest input of its producer (a cut holds its
+    tensor whole, which pays where the CNN narrows: the projections and residual sums of MobileNetV2).
+    """
+    genes: list[Gene] = []
+    for scenario, model in models.items():
+        readers: dict[str, list[str]] = {}
+        for layer in model.layers:
+            for t in dict.fromkeys(layer.inputs):
+                readers.setdefault(t, []).append(layer.name)
+        local = {layer.name: is_row_local(model, layer) and layer.op != INPUT_OP for layer in model.layers}
+        for layer in model.layers:
+            if not local[layer.name] or len(layer.outputs) != 1:
+                continue
+            tensor = layer.outputs[0]
+            users = readers.get(tensor, [])
+            if not users or tensor in model.graph_outputs or not all(local[u] for u in users):
+                continue
+            widest = max((row_bytes(model.tensors[t]) for t in layer.inputs), default=0)
+            if row_bytes(model.tensors[tensor]) > widest:
+                continue
+            genes.append(Gene(scenario, tensor, layer_height(layer), (0, 1), (), "cut"))
+    return tuple(genes)
 
 
 def reduction_genes(models: Mapping[str, CnnModel], candidates: Sequence[int] = GaParams.candidates, *,
@@ -245,6 +325,8 @@ class Point:
     arena_bytes: int
     fps: dict[str, float]
     band_rows: dict[str, dict[str, int]] = field(default_factory=dict)
+    cuts: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    tiles: dict[str, tuple[tuple[tuple[str, ...], int], ...]] = field(default_factory=dict)
 
     def meets(self, memory_limit: int | None, min_fps: Mapping[str, float]) -> bool:
         """Algorithm 9, line 11: ``M <= M^c`` and ``T_n >= T^c_n`` for every scenario."""
@@ -256,7 +338,9 @@ class Point:
         """Plain JSON-ready dictionary."""
         return {"memory_bytes": self.memory_bytes, "params_bytes": self.params_bytes,
                 "arena_bytes": self.arena_bytes, "fps": dict(self.fps),
-                "band_rows": {s: dict(b) for s, b in self.band_rows.items()}}
+                "band_rows": {s: dict(b) for s, b in self.band_rows.items()},
+                "cuts": {s: list(c) for s, c in self.cuts.items()},
+                "tiles": {s: [[list(g), b] for g, b in t] for s, t in self.tiles.items()}}
 
 
 @dataclass(frozen=True)
@@ -281,12 +365,16 @@ class ReductionResult:
     evaluations: int
     generations: int
     seed: int
+    cuts: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    tiles: dict[str, tuple[tuple[tuple[str, ...], int], ...]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dictionary (``phases``, ``band_rows``, ``pareto``, ``chosen`` and the rest)."""
         return {
             "phases": {s: dict(p) for s, p in self.phases.items()},
             "band_rows": {s: dict(b) for s, b in self.band_rows.items()},
+            "cuts": {s: list(c) for s, c in self.cuts.items()},
+            "tiles": {s: [[list(g), b] for g, b in t] for s, t in self.tiles.items()},
             "pareto": [p.to_dict() for p in self.pareto],
             "chosen": self.chosen.to_dict(),
             "unreduced": self.unreduced.to_dict(),
@@ -328,7 +416,7 @@ class _Evaluator:
         self.full = {s: full_bands(m) for s, m in models.items()}
         self.slots = {s: [i for i, g in enumerate(genes) if g.scenario == s] for s in models}
         self.points: dict[tuple[int, ...], Point] = {}
-        self._schedules: dict[tuple[str, tuple[int, ...]], tuple[Schedule, float]] = {}
+        self._schedules: dict[tuple[str, tuple[int, ...]], tuple[CsdfGraph, Schedule, float]] = {}
 
     def bands(self, chromosome: tuple[int, ...]) -> dict[str, dict[str, int]]:
         result = {s: dict(b) for s, b in self.full.items()}
@@ -337,42 +425,78 @@ class _Evaluator:
                 result[gene.scenario][layer] = gene.choices[value]
         return result
 
-    def _scenario(self, scenario: str, chromosome: tuple[int, ...]) -> tuple[Schedule, float]:
+    def tiles(self, chromosome: tuple[int, ...]) -> dict[str, tuple[tuple[tuple[str, ...], int], ...]]:
+        """The tile groups a chromosome sets, per scenario."""
+        result: dict[str, tuple[tuple[tuple[str, ...], int], ...]] = {}
+        for s in self.models:
+            graph = self._scenario(s, chromosome)[0]
+            if graph.tiles:
+                result[s] = tuple((t.layers, t.plan.band_rows) for t in graph.tiles)
+        return result
+
+    def cuts(self, chromosome: tuple[int, ...]) -> dict[str, tuple[str, ...]]:
+        """The cut tensors a chromosome sets, per scenario (only those that change the schedule)."""
+        graphs = {s: self._scenario(s, chromosome)[0] for s in self.models}
+        return {s: g.cuts for s, g in graphs.items() if g.cuts}
+
+    def _scenario(self, scenario: str, chromosome: tuple[int, ...]) -> tuple[CsdfGraph, Schedule, float]:
         key = (scenario, tuple(chromosome[i] for i in self.slots[scenario]))
         if key not in self._schedules:
             bands = dict(self.full[scenario])
+            cuts = []
+            tiles = []
             for i in self.slots[scenario]:
-                for layer in self.genes[i].layers:
-                    bands[layer] = self.genes[i].choices[chromosome[i]]
+                gene = self.genes[i]
+                if gene.kind == "cut":
+                    if gene.choices[chromosome[i]]:
+                        cuts.append(gene.layer)
+                    continue
+                if gene.kind == "tile":
+                    if gene.choices[chromosome[i]]:
+                        tiles.append((gene.group, gene.choices[chromosome[i]]))
+                    continue
+                for layer in gene.layers:
+                    bands[layer] = gene.choices[chromosome[i]]
             model = self.models[scenario]
-            schedule = schedule_csdf(cnn_to_csdf(model, bands, name=scenario))
-            self._schedules[key] = (schedule, model_fps(model, bands, self.cost))
+            graph = cnn_to_csdf(model, bands, name=scenario, cuts=cuts, tiles=tiles)
+            seconds = config_seconds(model, bands, graph.tiles, self.cost)
+            self._schedules[key] = (graph, schedule_csdf(graph), 1.0 / seconds if seconds > 0 else math.inf)
         return self._schedules[key]
 
     def __call__(self, chromosome: tuple[int, ...]) -> Point:
         if chromosome not in self.points:
             parts = {s: self._scenario(s, chromosome) for s in self.models}
-            problem = reduced_problem([p[0] for p in parts.values()], alignment=self.alignment)
+            problem = reduced_problem([p[1] for p in parts.values()], alignment=self.alignment)
             arena = plan_arena(problem).arena_bytes
             sparse: dict[str, dict[str, int]] = {}
             for gene, value in zip(self.genes, chromosome, strict=True):
                 if value:
                     for layer in gene.layers:
                         sparse.setdefault(gene.scenario, {})[layer] = gene.choices[value]
+            cuts = {s: p[0].cuts for s, p in parts.items() if p[0].cuts}
+            tiles = {s: tuple((t.layers, t.plan.band_rows) for t in p[0].tiles) for s, p in parts.items()
+                     if p[0].tiles}
             self.points[chromosome] = Point(self.params + arena, self.params, arena,
-                                            {s: p[1] for s, p in parts.items()}, sparse)
+                                            {s: p[2] for s, p in parts.items()}, sparse, cuts, tiles)
         return self.points[chromosome]
 
 
 def _smallest(gene: Gene) -> int:
-    """Index of the gene's smallest band."""
+    """Index of the gene's smallest band (for a cut or tile gene: off)."""
+    if gene.kind != "band":
+        return 0
     return min(range(len(gene.choices)), key=lambda i: gene.choices[i])
 
 
 def _thresholds(genes: tuple[Gene, ...]) -> list[tuple[int, ...]]:
     """Per distinct height ``h``: the smallest band in layers at least ``h`` rows high, whole below."""
-    heights = sorted({g.height for g in genes})
+    heights = sorted({g.height for g in genes if g.kind == "band"})
     return [tuple(_smallest(g) if g.height >= h else 0 for g in genes) for h in heights]
+
+
+def _with_cuts(chromosome: tuple[int, ...], genes: tuple[Gene, ...]) -> tuple[int, ...]:
+    """``chromosome`` with every cut gene set (the partitioned variant of a seed)."""
+    return tuple(1 if g.kind == "cut" else v for g, v in zip(genes, chromosome, strict=True))
 
 
 def _front(points: Sequence[tuple[tuple[int, ...], Point]], scenarios: Sequence[str],
@@ -428,7 +552,7 @@ def reduce_buffers(scenarios: Scenarios, *, memory_limit: int | None = None,
     generation. A memory limit below every configuration evaluated raises ``InputError`` naming the smallest
     figure reached; fps constraints nobody meets are reported in ``violations``.
     """
-    models = _scenarios(scenarios)
+    models = _folded(_scenarios(scenarios))
     params = params or GaParams()
     cost = cost or AnalyticCostModel()
     min_fps = {s: float(v) for s, v in (min_fps or {}).items()}
@@ -442,6 +566,10 @@ def reduce_buffers(scenarios: Scenarios, *, memory_limit: int | None = None,
     names = list(models)
     genes = reduction_genes(models, params.candidates, stream_input=stream_input,
                             tie_followers=params.tie_followers)
+    if params.cuts and genes:
+        genes += cut_genes(models)
+    if params.tiles and genes:
+        genes += tile_genes(models, params.candidates)
     evaluate = _Evaluator(models, genes, cost, alignment)
     whole = tuple(0 for _ in genes)
     unreduced = evaluate(whole)  # lines 1-2
@@ -453,7 +581,8 @@ def reduce_buffers(scenarios: Scenarios, *, memory_limit: int | None = None,
         violations = _violations(point, memory_limit, min_fps, best_fps)
         return ReductionResult(early, not violations, violations, memory_limit, min_fps, unreduced, point,
                                tuple(front), {s: phases_of(bands[s], models[s]) for s in names}, bands,
-                               len(evaluate.points), generations, params.seed)
+                               len(evaluate.points), generations, params.seed, evaluate.cuts(chromosome),
+                               evaluate.tiles(chromosome))
 
     if memory_limit is None or unreduced.memory_bytes <= memory_limit or not genes:  # line 3
         if progress is not None:
@@ -474,13 +603,25 @@ def reduce_buffers(scenarios: Scenarios, *, memory_limit: int | None = None,
     seeds = [whole, tuple(_smallest(g) for g in genes)]
     if params.threshold_seeds:
         seeds += _thresholds(genes)
+    if any(g.kind == "cut" for g in genes):
+        seeds += [_with_cuts(c, genes) for c in seeds[1:]]
+    if any(g.kind == "tile" for g in genes):  # every group tiled at one band, the rest of the seed kept
+        for band in sorted({c for g in genes if g.kind == "tile" for c in g.choices[1:]}):
+            tiled = tuple(g.choices.index(min((c for c in g.choices[1:] if c >= band), default=g.choices[-1]))
+                          if g.kind == "tile" else v for g, v in zip(genes, seeds[1], strict=True))
+            seeds += [tiled, _with_cuts(tiled, genes)]
     seeds = list(dict.fromkeys(seeds))[: params.population]
     while len(seeds) < params.population:
         seeds.append(tuple(rng.randrange(len(g.choices)) for g in genes))
     population = tools.selNSGA2([individual(c) for c in seeds], params.population)
     if progress is not None:
         progress(0, params.generations)
+    started = time.monotonic()
+    done_generations = 0
     for generation in range(params.generations):  # line 8: the GA
+        if params.time_budget_s is not None and time.monotonic() - started > params.time_budget_s:
+            break
+        done_generations = generation + 1
         ranks = _ranks(population)
         offspring: list[tuple[int, ...]] = []
         while len(offspring) < params.population:
@@ -507,7 +648,7 @@ def reduce_buffers(scenarios: Scenarios, *, memory_limit: int | None = None,
                          field="memory_limit")
     front = _front(evaluated, names, fitness)
     chromosome, point = _pick(front, memory_limit, min_fps, names)  # lines 9-16
-    return result(chromosome, point, [p for _, p in front], False, params.generations)
+    return result(chromosome, point, [p for _, p in front], False, done_generations)
 
 
 def _ranks(population: Sequence[_Individual]) -> dict[int, int]:

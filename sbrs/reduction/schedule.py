@@ -6,7 +6,9 @@ schedule. Here the graph is simulated directly, one frame (one CSDF iteration), 
     fire the most downstream actor that can fire (largest topological index whose next phase has its
     input rows), and nothing else;
 
-so rows are produced only when no consumer further down can make progress: the depth-first / demand-driven
+(with the consumers of a *cut* tensor waiting until its producer has fired its last phase: the CNN's
+partitions, :class:`~sbrs.reduction.csdf.CsdfGraph`) so rows are produced only when no consumer further
+down can make progress: the depth-first / demand-driven
 order of Binas & Bengio (seed 003) and the order of thesis Table 4.1, Column 7 (Ex4: ``l_1(1-17), l_21,
 l_1(18-22), l_2(2-6), l_31, ...`` with a phase of ``l_1`` followed by a phase of ``l_2``). It is a
 heuristic, not a proven minimum: on a chain it fires every consumer as soon as its rows exist, so a
@@ -109,6 +111,8 @@ class Schedule:
     """One frame of a CSDF graph: the firings in order and the buffer sizes they need.
 
     ``firings[step] = (actor, phase)`` with phases counted from 1 (Table 4.1, Column 7: ``l_ik``).
+    ``transients``: ``(step, bytes)`` of the internal tensors of a tiled group's firing
+    (:mod:`sbrs.reduction.tiles`), live during that step only.
     """
 
     name: str
@@ -116,6 +120,7 @@ class Schedule:
     firings: tuple[tuple[str, int], ...]
     channels: tuple[ChannelSize, ...]
     buffers: tuple[BufferSize, ...]
+    transients: tuple[tuple[int, int], ...] = ()
 
     @property
     def buffer_bytes(self) -> int:
@@ -151,6 +156,7 @@ class Schedule:
             "buffers": [asdict(b) | {"bytes": b.bytes, "full_bytes": b.full_bytes} for b in self.buffers],
             "buffer_bytes": self.buffer_bytes,
             "full_bytes": self.full_bytes,
+            "transients": [list(t) for t in self.transients],
         }
 
     def to_json(self) -> str:
@@ -202,9 +208,14 @@ def schedule_csdf(graph: CsdfGraph) -> Schedule:
     phase = [0] * len(names)
     firings: list[tuple[str, int]] = []
 
+    cut = set(graph.cuts)
+    barrier = [index[c.src] if c.tensor in cut else -1 for c in fifo]  # the producer a cut consumer waits for
+
     def can_fire(i: int) -> bool:
         k = phase[i]
-        return k < phases[i] and all(tokens[j] >= fifo[j].consumption[k] for j in inputs[i])
+        return k < phases[i] and all(tokens[j] >= fifo[j].consumption[k] and
+                                     (barrier[j] < 0 or phase[barrier[j]] == phases[barrier[j]])
+                                     for j in inputs[i])
 
     queued = [False] * len(names)
     heap: list[int] = []
@@ -261,7 +272,12 @@ def schedule_csdf(graph: CsdfGraph) -> Schedule:
         consumers = tuple(fifo[j].dst for j in tensor_consumers[tensor])
         buffers.append(BufferSize(tensor, tensor_producer[tensor], consumers, tensor_peak[tensor], rows, nbytes,
                                   first_step[tensor], last_step[tensor]))
-    return Schedule(graph.name, RULE, tuple(firings), channels, tuple(buffers))
+    transients = []
+    for step, (actor, k) in enumerate(firings):
+        tile = graph.tile(actor) if graph.tiles else None
+        if tile is not None and tile.transient[k - 1]:
+            transients.append((step, tile.transient[k - 1]))
+    return Schedule(graph.name, RULE, tuple(firings), channels, tuple(buffers), tuple(transients))
 
 
 def check_schedule(graph: CsdfGraph, schedule: Schedule) -> list[str]:
@@ -283,6 +299,7 @@ def check_schedule(graph: CsdfGraph, schedule: Schedule) -> list[str]:
             readers.setdefault(channel.tensor, []).append(channel.dst)
     written = dict.fromkeys(producer_of, 0)
     next_phase = dict.fromkeys(plans, 0)
+    cuts = set(graph.cuts)
     for step, (actor, phase) in enumerate(schedule.firings):
         plan = plans.get(actor)
         if plan is None:
@@ -294,6 +311,9 @@ def check_schedule(graph: CsdfGraph, schedule: Schedule) -> list[str]:
         k = phase - 1
         for item in plan.inputs:
             lo, hi = item.rows[k]
+            if item.tensor in cuts and next_phase[producer_of[item.tensor]] < plans[producer_of[item.tensor]].phases:
+                problems.append(f"step {step}: {actor} phase {phase} reads cut tensor {item.tensor} before "
+                                f"{producer_of[item.tensor]} has finished")
             if item.tensor in written and hi > written[item.tensor]:
                 problems.append(f"step {step}: {actor} phase {phase} reads rows [{lo}, {hi}) of {item.tensor}, "
                                 f"only {written[item.tensor]} written")
@@ -338,8 +358,9 @@ def reduced_problem(schedules: Schedule | Iterable[Schedule], *, alignment: int 
     Each schedule is one timeline (named by :attr:`Schedule.name`, e.g. the scenario); a block is live from
     the step its producer first fires to the step its last consumer last fires, with the reduced size in
     bytes. Feed the result to :func:`sbrs.memory.plan_arena` (or ``buffers_reuse``, Algorithm 8) for the
-    reduced arena. ``per_edge=True`` gives one block per FIFO channel instead, sized ``max(c_ij + c_jj)``
-    (the thesis' one-buffer-per-edge view; a tensor with several consumers is then stored several times).
+    reduced arena; a tiled group's firing adds a block of its internal tensors, live at that step only.
+    ``per_edge=True`` gives one block per FIFO channel instead, sized ``max(c_ij + c_jj)`` (the thesis'
+    one-buffer-per-edge view; a tensor with several consumers is then stored several times).
     """
     items = [schedules] if isinstance(schedules, Schedule) else list(schedules)
     names = [s.name for s in items]
@@ -347,6 +368,8 @@ def reduced_problem(schedules: Schedule | Iterable[Schedule], *, alignment: int 
         raise SbrsRuntimeError(f"reduced problem: schedule names must be unique, got {names}")
     blocks: list[Block] = []
     for sched in items:
+        for step, nbytes in sched.transients:  # a tiled group's internal tensors, during its firing
+            blocks.append(Block(f"{sched.name}/tile@{step}", nbytes, (Live(sched.name, step, step),)))
         if not per_edge:
             for buffer in sched.buffers:
                 blocks.append(Block(f"{sched.name}/{buffer.tensor}", buffer.bytes,

@@ -43,6 +43,19 @@ Line buffers
     addresses and the IOBindings of every call of a frame are computed once at load; a frame is a list of
     copies and ``run_with_iobinding`` calls.
 
+Streamed input
+    A band on the graph input (``band_rows[scenario]["input:..."]``) makes the frame an edge like any other:
+    the arena holds a line buffer of its rows, and a *feed* step (``Call.feed``, no session) copies each
+    band's rows from the caller's frame (transposed to the rows layout) just before the calls that read
+    them. Without it the frame is copied whole into the arena first.
+
+Partitions and tiles
+    ``cuts`` and ``tiles`` reach :func:`~sbrs.reduction.csdf.cnn_to_csdf` unchanged: a cut only reorders the
+    firings (and holds the cut tensor whole); a tiled group's firing becomes one call of all its members,
+    each with the pads of the rows *it* computes, and a ``Slice`` along H where a member reads fewer rows
+    than the call holds (``Call.slices``). Its internal tensors live inside ONNX Runtime, band-sized, and have
+    no buffer here (the plan of :mod:`sbrs.reduction` counts them as transients of the firing).
+
 The arena problem: one timeline per scenario whose steps are its calls; a buffer is live from the first call
 that touches it to the last (the frame input from call 0, graph outputs to the last call). It is checked with
 :func:`sbrs.memory.check_plan` before anything runs.
@@ -59,16 +72,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.memory import ArenaPlan, Block, Live, Problem, check_plan, lower_bound, plan_arena
 from sbrs.model.cnn import INPUT_OP, OUTPUT_OP, CnnModel, Layer, TensorSpec
+from sbrs.model.fold import fold_bands, fold_cuts, fold_model, fold_tiles
 from sbrs.model.onnx_export import build_graph_model
 from sbrs.reduction.csdf import cnn_to_csdf
 from sbrs.reduction.phases import LayerPhases, normalize_bands
 from sbrs.reduction.rows import ROWWISE_OPS, WINDOW_OPS, layer_height, row_bytes, tensor_rows
 from sbrs.reduction.schedule import schedule_csdf
+from sbrs.reduction.tiles import TilePhases
 from sbrs.runtime.device import ArenaMemory, create_session, resolve_providers, use_global_thread_pool
 
 if TYPE_CHECKING:
@@ -93,6 +108,7 @@ BANDABLE_OPS: frozenset[str] = WINDOW_OPS | ROWWISE_OPS
 
 ROWS = "rows"
 NCHW = "nchw"
+FEED = "feed"
 _TO_NCHW = (1, 2, 0, 3)
 _TO_ROWS = (2, 0, 1, 3)
 
@@ -100,14 +116,18 @@ _TO_ROWS = (2, 0, 1, 3)
 def executable_bands(model: CnnModel, bands: Mapping[str, int]) -> dict[str, int]:
     """``bands`` normalised (:func:`~sbrs.reduction.phases.normalize_bands`), whole for what cannot run by bands.
 
-    Whole: the graph input (frames arrive whole), operators outside :data:`BANDABLE_OPS` (a row-local Slice or
-    Pad would need per-band starts/pads operands; not implemented) and layers with ``auto_pad`` other than
-    ``NOTSET`` whose explicit pads are unknown.
+    Whole: operators outside :data:`BANDABLE_OPS` (a row-local Slice or Pad would need per-band starts/pads
+    operands; not implemented) and layers with ``auto_pad`` other than ``NOTSET`` whose explicit pads are
+    unknown. The graph input is whole unless ``bands`` gives it a band: then the frame is *streamed* (module
+    docstring, "Streamed input").
     """
     result = normalize_bands(model, bands)
     for layer in model.layers:
         auto_pad = str(layer.attributes.get("auto_pad", "NOTSET"))
-        if layer.op == INPUT_OP or layer.op not in BANDABLE_OPS or auto_pad not in ("NOTSET", "VALID"):
+        if layer.op == INPUT_OP:
+            if layer.name not in bands or len(model.tensors[layer.outputs[0]].shape) != 4:
+                result[layer.name] = layer_height(layer)
+        elif layer.op not in BANDABLE_OPS or auto_pad not in ("NOTSET", "VALID"):
             result[layer.name] = layer_height(layer)
     return result
 
@@ -148,7 +168,9 @@ class Call:
     ``inputs``/``outputs``: ``(tensor, lo, hi, slot)``: rows ``[lo, hi)`` bound at buffer slot ``slot``.
     ``pads``: per window-reading layer, the top/bottom padding of this band (its session variant).
     ``moves``: ``(tensor, src_slot, dst_slot, rows)`` compactions done before the call. ``key``: the digest
-    of the call's ONNX model (calls with equal keys share one session).
+    of the call's ONNX model (calls with equal keys share one session). ``feed``: no session, rows of a
+    streamed frame copied into the input's line buffer. ``slices``: ``(layer, tensor, start, stop)``, rows a
+    member of a tiled group reads out of those the call holds of ``tensor`` (a ``Slice`` along H).
     """
 
     layers: tuple[str, ...]
@@ -158,10 +180,13 @@ class Call:
     pads: tuple[tuple[str, int, int], ...] = ()
     moves: tuple[tuple[str, int, int, int], ...] = ()
     key: str = ""
+    feed: bool = False
+    slices: tuple[tuple[str, str, int, int], ...] = ()
 
     @property
     def banded(self) -> bool:
         return self.phase > 0
+
 
 
 @dataclass(frozen=True)
@@ -188,7 +213,7 @@ class ScenarioParts:
 
     @property
     def sessions(self) -> int:
-        return len({call.key for call in self.calls})
+        return len({call.key for call in self.calls if call.key != FEED})
 
     def summary(self) -> dict[str, Any]:
         """Plain JSON-ready summary (calls counted, not listed)."""
@@ -249,17 +274,31 @@ def _layout_of(model: CnnModel, tensor: str, banded_touch: set[str]) -> str:
     return ROWS if tensor in banded_touch and len(model.tensors[tensor].shape) == 4 else NCHW
 
 
-def compile_scenario(model: CnnModel, bands: Mapping[str, int], *, name: str | None = None) -> ScenarioParts:
-    """The calls and buffers of one scenario processing ``bands`` rows per phase (module docstring)."""
+def compile_scenario(model: CnnModel, bands: Mapping[str, int], *, name: str | None = None,
+                     cuts: Sequence[str] = (), tiles: Sequence[tuple[Sequence[str], int]] = ()) -> ScenarioParts:
+    """The calls and buffers of one scenario processing ``bands`` rows per phase (module docstring), partitioned
+    at the ``cuts`` tensors (:class:`~sbrs.reduction.csdf.CsdfGraph`), with ``tiles`` groups run as one call
+    per band (:mod:`sbrs.reduction.tiles`)."""
     scenario = name or model.name
+    for layers, _ in tiles:
+        for layer in layers:
+            if model.layer(layer).op not in BANDABLE_OPS:
+                raise InputError(f"tile group: layer '{layer}' ({model.layer(layer).op}) cannot run by bands",
+                                 field="tiles")
     bands = executable_bands(model, bands)
-    graph = cnn_to_csdf(model, bands, name=scenario)
+    graph = cnn_to_csdf(model, bands, name=scenario, cuts=cuts, tiles=tiles)
     schedule = schedule_csdf(graph)
     plans = {p.layer: p for p in graph.layers}
-    readers: dict[str, list[str]] = {}
+    tile_of = {t.plan.layer: t for t in graph.tiles}
+    actor_of = {m: t.plan.layer for t in graph.tiles for m in t.layers}
+    producer = {t: layer.name for layer in model.layers for t in layer.outputs if t}
+    readers: dict[str, list[str]] = {}  # by actor (a tiled group reads as one; its internal tensors have none)
     for layer in model.layers:
+        actor = actor_of.get(layer.name, layer.name)
         for t in dict.fromkeys(layer.inputs):
-            readers.setdefault(t, []).append(layer.name)
+            src = producer.get(t, "")
+            if actor not in readers.get(t, []) and actor_of.get(src, src) != actor:
+                readers.setdefault(t, []).append(actor)
     graph_outputs = set(model.graph_outputs)
 
     # 1. fuse consecutive firings into calls
@@ -267,9 +306,13 @@ def compile_scenario(model: CnnModel, bands: Mapping[str, int], *, name: str | N
     reads: dict[str, tuple[int, int, int, int]] = {}
     for actor, phase in schedule.firings:
         layer = model.layer(actor)
-        if layer.op in (INPUT_OP, OUTPUT_OP):
+        if layer.op == OUTPUT_OP or (layer.op == INPUT_OP and plans[actor].phases == 1):
             continue
         tag = phase if plans[actor].phases > 1 else 0
+        if layer.op == INPUT_OP or actor in tile_of:  # a streamed frame's feed, a tile: never fused
+            groups.append(([actor], tag))
+            groups.append(([], -1))  # a separator no firing joins
+            continue
         if groups and groups[-1][1] == tag:
             group, _ = groups[-1]
             if _can_join(model, plans, group, phase, layer, reads):
@@ -282,9 +325,15 @@ def compile_scenario(model: CnnModel, bands: Mapping[str, int], *, name: str | N
 
     # 2. inputs and outputs of every call
     raw_calls: list[tuple[tuple[str, ...], int, list[tuple[str, int, int]], list[tuple[str, int, int]],
-                          list[tuple[str, int, int]]]] = []
+                          list[tuple[str, int, int]], tuple[str, ...], tuple[tuple[str, str, int, int], ...]]] = []
     banded_touch: set[str] = set()
+    groups = [(members, phase) for members, phase in groups if members]
     for members, phase in groups:
+        if members[0] in tile_of:
+            raw_calls.append(_tile_call(model, tile_of[members[0]], phase))
+            if phase:
+                banded_touch.update(t for t, _, _ in (*raw_calls[-1][2], *raw_calls[-1][3]))
+            continue
         member_set = set(members)
         produced: dict[str, None] = {}
         inputs: dict[str, tuple[int, int]] = {}
@@ -312,15 +361,17 @@ def compile_scenario(model: CnnModel, bands: Mapping[str, int], *, name: str | N
         if phase:
             banded_touch.update(t for t, _, _ in ins)
             banded_touch.update(t for t, _, _ in outs)
-        raw_calls.append((tuple(members), phase, ins, outs, pads))
+        raw_calls.append((tuple(members), phase, ins, outs, pads, tuple(members), ()))
 
     # 3. buffers and the sliding-window simulation (moves and slots)
     capacity = {b.tensor: b.rows for b in schedule.buffers}
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     input_tensor = model.graph_inputs[0]
-    first[input_tensor] = last[input_tensor] = 0
-    for index, (_, _, ins, outs, _) in enumerate(raw_calls):
+    streamed = bands[model.layers[0].name] < layer_height(model.layers[0]) if model.layers[0].op == INPUT_OP else False
+    if not streamed:
+        first[input_tensor] = last[input_tensor] = 0
+    for index, (_, _, ins, outs, _, _, _) in enumerate(raw_calls):
         for t, _, _ in (*ins, *outs):
             first.setdefault(t, index)
             last[t] = index
@@ -328,8 +379,9 @@ def compile_scenario(model: CnnModel, bands: Mapping[str, int], *, name: str | N
         last[t] = len(raw_calls) - 1
     base = dict.fromkeys(first, 0)
     written = dict.fromkeys(first, 0)
-    written[input_tensor] = tensor_rows(model.tensors[input_tensor].shape)
-    done = {layer.name: 0 for layer in model.layers}
+    if not streamed:
+        written[input_tensor] = tensor_rows(model.tensors[input_tensor].shape)
+    done = dict.fromkeys(plans, 0)
 
     def next_low(reader: str, tensor: str) -> int:
         plan = plans[reader]
@@ -338,7 +390,7 @@ def compile_scenario(model: CnnModel, bands: Mapping[str, int], *, name: str | N
         return plan.input(tensor).rows[done[reader]][0]
 
     calls: list[Call] = []
-    for members, phase, ins, outs, pads in raw_calls:
+    for members, phase, ins, outs, pads, actors, slices in raw_calls:
         moves: list[tuple[str, int, int, int]] = []
         in_slots = []
         for t, lo, hi in ins:
@@ -361,10 +413,10 @@ def compile_scenario(model: CnnModel, bands: Mapping[str, int], *, name: str | N
                                            f"row {base[t]} is still needed (buffer of {cap} rows)")
             out_slots.append((t, o0, o1, o0 - base[t]))
             written[t] = o1
-        for name in members:
+        for name in actors:
             done[name] += 1
         calls.append(Call(tuple(members), phase, tuple(in_slots), tuple(out_slots),
-                          tuple(pads), tuple(moves)))
+                          tuple(pads), tuple(moves), feed=model.layer(members[0]).op == INPUT_OP, slices=slices))
     buffers = []
     for t in first:
         spec = model.tensors[t]
@@ -377,11 +429,37 @@ def compile_scenario(model: CnnModel, bands: Mapping[str, int], *, name: str | N
     digests: dict[tuple[Any, ...], str] = {}  # a call's model depends on its layers, pads and whether banded
     keyed = []
     for call in calls:
-        memo = (call.layers, call.pads, call.banded)
+        if call.feed:
+            keyed.append(replace(call, key=FEED))
+            continue
+        memo = (call.layers, call.pads, call.banded, call.slices)
         if memo not in digests:
             digests[memo] = _digest(call_model(model, result, call))
         keyed.append(replace(call, key=digests[memo]))
     return replace(result, calls=tuple(keyed))
+
+
+def _tile_call(model: CnnModel, tile: TilePhases, phase: int) -> tuple[Any, ...]:
+    """The raw call of one firing of a tiled group: entries' rows in, the exit band out, every window member
+    with its own band pads and a ``Slice`` wherever a member reads fewer rows than the call has."""
+    k = max(phase, 1) - 1
+    ins = [(item.tensor, *item.rows[k]) for item in tile.plan.inputs]
+    outs = [(tile.exit, *tile.plan.out_rows[k])] if phase else [(tile.exit, 0, tile.plan.height)]
+    available = {t: (lo, hi) for t, lo, hi in ins}
+    pads: list[tuple[str, int, int]] = []
+    slices: list[tuple[str, str, int, int]] = []
+    for name in tile.layers:
+        layer = model.layer(name)
+        member = tile.member(name)
+        if phase and layer.op in WINDOW_OPS:
+            pads.append((name, *member.input(layer.inputs[0]).pads[k]))
+        for item in member.inputs:
+            lo, hi = item.rows[k]
+            a0, a1 = available[item.tensor]
+            if phase and (lo, hi) != (a0, a1):
+                slices.append((name, item.tensor, lo - a0, hi - a0))
+        available[layer.outputs[0]] = member.out_rows[k]
+    return (tile.layers, phase, ins, outs, pads, (tile.plan.layer,), tuple(slices))
 
 
 def _note_reads(plan: LayerPhases, phase: int, reads: dict[str, tuple[int, int, int, int]]) -> None:
@@ -409,11 +487,28 @@ def _banded_layer(layer: Layer, top: int, bottom: int) -> Layer:
 def call_model(model: CnnModel, parts: ScenarioParts, call: Call) -> onnx.ModelProto:
     """The ONNX model of one call: its layers (band pads applied), rows-layout tensors transposed in and out.
 
+    ``model`` is the folded model the call was compiled from (``compile_parts`` folds what it is given).
+
     A band call's rows-layout inputs and outputs have a symbolic height (``h0``, ``h1`` ... and ``ho``).
     """
     layouts = {b.tensor: b.layout for b in parts.buffers}
     pads = {name: (top, bottom) for name, top, bottom in call.pads}
     layers = [_banded_layer(model.layer(n), *pads[n]) if n in pads else model.layer(n) for n in call.layers]
+    slice_nodes: list[onnx.NodeProto] = []
+    slice_consts: list[onnx.TensorProto] = []
+    for index, (member, tensor, start, stop) in enumerate(call.slices):
+        sliced = f"{tensor}::{member}::rows"
+        names = [f"slice{index}.{part}" for part in ("starts", "ends", "axes")]
+        for const, value in zip(names, (start, stop, 2), strict=True):
+            slice_consts.append(numpy_helper.from_array(np.array([value], dtype=np.int64), const))
+        slice_nodes.append(helper.make_node("Slice", [tensor, *names], [sliced], name=f"{member}::slice{index}"))
+        at = call.layers.index(member)
+        layer = layers[at]
+        layers[at] = replace(layer, operands=tuple(sliced if o == tensor else o for o in layer.operands))
+    made = {t for layer in layers for t in layer.outputs}
+    if any(t not in made for t, *_ in call.outputs):
+        raise SbrsRuntimeError(f"call {call.layers[0]}..: the model does not produce the call's outputs (pass the "
+                               "folded model, sbrs.model.fold.fold_model, that compile_parts compiled)")
     inputs: list[tuple[str, TensorSpec]] = []
     outputs: list[tuple[str, TensorSpec]] = []
     pre: list[onnx.NodeProto] = []
@@ -444,7 +539,12 @@ def call_model(model: CnnModel, parts: ScenarioParts, call: Call) -> onnx.ModelP
     proto = build_graph_model(layers, inputs, outputs, model.weights, model.opset_imports,
                               f"{parts.scenario}.{call.layers[0]}")
     graph = proto.graph
-    nodes = [*pre, *graph.node, *post]
+    nodes = list(graph.node)
+    for node, (member, *_) in zip(slice_nodes, call.slices, strict=True):  # each just before its reader
+        at = next(i for i, n in enumerate(nodes) if n.name == member)
+        nodes.insert(at, node)
+    nodes = [*pre, *nodes, *post]
+    graph.initializer.extend(slice_consts)
     del graph.node[:]
     graph.node.extend(nodes)
     for value in (*graph.input, *graph.output):
@@ -455,14 +555,28 @@ def call_model(model: CnnModel, parts: ScenarioParts, call: Call) -> onnx.ModelP
     return proto
 
 
+Tiles = Mapping[str, Sequence[tuple[Sequence[str], int]]]
+
+
 def compile_parts(models: Mapping[str, CnnModel], band_rows: Mapping[str, Mapping[str, int]] | None = None, *,
-                  alignment: int = 64) -> PartsPlan:
-    """Every scenario compiled by parts (missing: whole), their buffers planned into one arena and checked."""
+                  alignment: int = 64, cuts: Mapping[str, Sequence[str]] | None = None,
+                  tiles: Tiles | None = None) -> PartsPlan:
+    """Every scenario compiled by parts (missing: whole), their buffers planned into one arena and checked.
+
+    Models are folded first (:func:`sbrs.model.fold.fold_model`; idempotent): band heights name the folded
+    layers, and entries for a BatchNormalization or activation folded into its convolution are dropped.
+    """
     band_rows = band_rows or {}
-    unknown = sorted(set(band_rows) - set(models))
+    cuts = cuts or {}
+    tiles = tiles or {}
+    unknown = sorted((set(band_rows) | set(cuts) | set(tiles)) - set(models))
     if unknown:
         raise InputError(f"unknown scenario(s) {', '.join(unknown)}", field="band_rows")
-    compiled = {s: compile_scenario(m, band_rows.get(s, {}), name=s) for s, m in models.items()}
+    folded = {s: fold_model(m) for s, m in models.items()}
+    compiled = {s: compile_scenario(f, fold_bands(models[s], f, band_rows.get(s, {})), name=s,
+                                    cuts=fold_cuts(models[s], f, cuts.get(s, ())),
+                                    tiles=fold_tiles(models[s], f, tiles.get(s, ())))
+                for s, f in folded.items()}
     blocks = [Block(f"{s}/{b.tensor}", b.nbytes, (Live(s, b.first_call, b.last_call),))
               for s, parts in compiled.items() for b in parts.buffers]
     problem = Problem(tuple(blocks), frozenset(), alignment)
@@ -483,18 +597,21 @@ class PartsRuntime:
     """An app's scenarios run by parts (line buffers in one arena), with the API of ``sbrs.runtime.Runtime``.
 
     ``band_rows[scenario][layer]`` are band heights (e.g. ``ReductionResult.band_rows``); a scenario or layer
-    left out runs whole. Sessions are shared between calls (and scenarios) whose ONNX models are identical.
+    left out runs whole. ``cuts[scenario]`` partitions a scenario at those tensors (``ReductionResult.cuts``);
+    ``tiles[scenario]``: ``(layers, band_rows)`` groups run as one call per band (``sbrs.reduction.tiles``).
+    Sessions are shared between calls (and scenarios) whose ONNX models are identical.
     ``models`` may replace ``app.models`` (e.g. for tests); ``providers`` defaults to the app's.
     """
 
     def __init__(self, app: App | None = None, band_rows: Mapping[str, Mapping[str, int]] | None = None, *,
                  models: Mapping[str, CnnModel] | None = None, initial: str | None = None,
-                 providers: Sequence[str] | None = None, threads: int | None = None) -> None:
+                 providers: Sequence[str] | None = None, threads: int | None = None,
+                 cuts: Mapping[str, Sequence[str]] | None = None, tiles: Tiles | None = None) -> None:
         if models is None:
             if app is None:
                 raise InputError("PartsRuntime needs an app or models", field="models")
             models = app.models
-        self._models = dict(models)
+        self._models = {s: fold_model(m) for s, m in models.items()}
         requested = tuple(providers) if providers is not None else (
             tuple(app.config.runtime.providers) if app is not None else ("CPUExecutionProvider",))
         self.providers = resolve_providers(requested)
@@ -503,7 +620,13 @@ class PartsRuntime:
                              "copies)", field="runtime.providers")
         use_global_thread_pool(threads if threads is not None else (
             app.config.runtime.threads if app is not None else None))
-        self.plan = compile_parts(self._models, band_rows)
+        band_rows = {s: fold_bands(models[s], self._models[s], b) for s, b in (band_rows or {}).items()
+                     if s in self._models} | {s: b for s, b in (band_rows or {}).items() if s not in self._models}
+        cuts = {s: fold_cuts(models[s], self._models[s], c) if s in self._models else tuple(c)
+                for s, c in (cuts or {}).items()}
+        tiles = {s: fold_tiles(models[s], self._models[s], t) if s in self._models else t
+                 for s, t in (tiles or {}).items()}
+        self.plan = compile_parts(self._models, band_rows, cuts=cuts, tiles=tiles)
         self._scenario = initial or (app.config.initial if app is not None else next(iter(self._models)))
         if self._scenario not in self._models:
             raise InputError(f"unknown scenario '{self._scenario}'", field="initial")
@@ -529,7 +652,19 @@ class PartsRuntime:
         model = self._models[scenario]
         buffers = {b.tensor: b for b in parts.buffers}
         steps = []
+        frame_ref: list[np.ndarray] = [np.empty(0)]
         for call in parts.calls:
+            if call.key == FEED:
+                t, o0, o1, slot = call.outputs[0]
+                view = self._view(buffers[t], slot, o1 - o0)
+
+                def feed(_: Any, view: np.ndarray = view, lo: int = o0, hi: int = o1) -> None:
+                    np.copyto(view, frame_ref[0][:, :, lo:hi, :].transpose(_TO_ROWS))
+
+                moves = tuple((self._view(buffers[m], dst, rows), self._view(buffers[m], src, rows))
+                              for m, src, dst, rows in call.moves)
+                steps.append((moves, feed, None))
+                continue
             if call.key not in self._sessions:
                 self._sessions[call.key] = create_session(call_model(model, parts, call), self.providers)
             session = self._sessions[call.key]
@@ -552,7 +687,10 @@ class PartsRuntime:
         self._steps[scenario] = steps
         source = buffers[parts.input]
         frame_view = self._view(source)
-        if source.layout == ROWS:
+        if any(call.feed for call in parts.calls):  # streamed: the feeds read the caller's frame
+            def copy_in(array: np.ndarray) -> None:
+                frame_ref[0] = array
+        elif source.layout == ROWS:
             def copy_in(array: np.ndarray, view: np.ndarray = frame_view) -> None:
                 np.copyto(view, array.transpose(_TO_ROWS))
         else:
@@ -610,8 +748,9 @@ class PartsRuntime:
                 run(binding)
             return {name: copy() for name, copy in copy_out.items()}
 
-    def timed_calls(self, frame: np.ndarray, repeats: int = 3) -> list[float]:
-        """Median seconds of every call (moves included) of the current scenario over ``repeats`` frames."""
+    def timed_calls(self, frame: np.ndarray, repeats: int = 3, *, reduce: str = "median") -> list[float]:
+        """Median (``reduce="min"``: fastest) seconds of every call (moves included) of the current scenario
+        over ``repeats`` frames."""
         import time
 
         with self._lock:
@@ -627,7 +766,7 @@ class PartsRuntime:
                         np.copyto(dst, src)
                     run(binding)
                     samples[r, i] = time.perf_counter() - start
-            return [float(v) for v in np.median(samples, axis=0)]
+            return [float(v) for v in (np.min(samples, axis=0) if reduce == "min" else np.median(samples, axis=0))]
 
     def _checked(self, scenario: str, frame: np.ndarray | Mapping[str, np.ndarray]) -> np.ndarray:
         model = self._models[scenario]

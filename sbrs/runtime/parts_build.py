@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from sbrs.errors import InputError
 from sbrs.memory import buffers_reuse, check_plan, lower_bound
+from sbrs.model.fold import fold_model
 from sbrs.reduction import AnalyticCostModel, CostModel, GaParams, ReductionResult, plan_reduction, reduce_buffers
 from sbrs.reduction.cost import model_fps
 from sbrs.reduction.phases import full_bands
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from sbrs.app.app import App
     from sbrs.plan import AppPlan
 
-__all__ = ["COST_MODELS", "load_reduction", "reduce_app"]
+__all__ = ["COST_MODELS", "load_reduction", "load_reduction_strategy", "reduce_app"]
 
 COST_MODELS: tuple[str, ...] = ("auto", "analytic", "measured")
 
@@ -67,7 +68,7 @@ def reduce_app(app: App, plan: AppPlan, memory_limit: int, *, min_fps: Mapping[s
     limit (the message names the smallest figure reached). Failing fps constraints are listed in
     ``violations`` (the caller decides the exit status).
     """
-    models = dict(app.models)
+    models = {s: fold_model(m) for s, m in app.models.items()}  # conv→BN→activation as one layer
     params = params or GaParams()
     min_fps = {str(k): float(v) for k, v in (min_fps or {}).items()}
     unknown = sorted(set(min_fps) - set(models))
@@ -101,6 +102,8 @@ def reduce_app(app: App, plan: AppPlan, memory_limit: int, *, min_fps: Mapping[s
         "phases": result.phases,
         "band_rows": {s: {n: b for n, b in bands.items() if b < _height(models[s], n)}
                       for s, bands in result.band_rows.items()},
+        "cuts": {s: list(c) for s, c in result.cuts.items()},
+        "tiles": {s: [[list(g), b] for g, b in t] for s, t in result.tiles.items()},
         "pareto": [p.to_dict() for p in result.pareto],
         "chosen": result.chosen.to_dict(),
         "unreduced": result.unreduced.to_dict(),
@@ -116,12 +119,12 @@ def _height(model: Any, layer: str) -> int:
 
 def _figures(models: Mapping[str, Any], result: ReductionResult, cost: CostModel) -> dict[str, Any]:
     """Buffer figures of the chosen configuration (Algorithm 10) and of its executor's arena, both checked."""
-    reduced = plan_reduction(models, result.band_rows, cost=cost)
+    reduced = plan_reduction(models, result.band_rows, cost=cost, cuts=result.cuts, tiles=result.tiles)
     problems = check_plan(reduced.problem, reduced.arena)
     if problems:
         raise InputError(f"internal error: the reduced plan is invalid: {problems[0]}")
     runnable = {s: executable_bands(m, result.band_rows.get(s, {})) for s, m in models.items()}
-    parts = compile_parts(models, runnable)
+    parts = compile_parts(models, runnable, cuts=result.cuts, tiles=result.tiles)
     return {
         "params_bytes": reduced.params_bytes,
         "arena_bytes": reduced.arena.arena_bytes,
@@ -144,6 +147,17 @@ def load_reduction(path: str | Path, app: App) -> dict[str, dict[str, int]]:
         raise InputError("the plan has no buffer reduction (run `sbrs build APP.yaml --memory-limit MB`)",
                          file=str(path))
     return {str(s): {str(n): int(b) for n, b in layers.items()} for s, layers in reduction["band_rows"].items()}
+
+
+def load_reduction_strategy(path: str | Path, app: App) -> dict[str, Any]:
+    """The partition cuts and tile groups chosen with the band heights of :func:`load_reduction`, as
+    ``{"cuts": ..., "tiles": ...}`` keyword arguments of ``PartsRuntime``; empty for an older plan."""
+    from sbrs.plan import load_plan
+
+    reduction = load_plan(path, app).reduction or {}
+    return {"cuts": {str(s): tuple(str(t) for t in c) for s, c in reduction.get("cuts", {}).items()},
+            "tiles": {str(s): tuple((tuple(str(n) for n in g), int(b)) for g, b in t)
+                      for s, t in reduction.get("tiles", {}).items()}}
 
 
 def progress_printer(stream: Any) -> Progress:
@@ -196,7 +210,9 @@ def format_reduction(reduction: Mapping[str, Any]) -> str:
     unreduced = reduction["unreduced"]["memory_bytes"] / mb
     lines.append(f"chosen: {chosen['memory_bytes'] / mb:.2f} MB = parameters {chosen['params_bytes'] / mb:.2f} + "
                  f"buffers {chosen['arena_bytes'] / mb:.2f} MB (unreduced {unreduced:.2f} MB); layers by parts: "
-                 + ", ".join(f"{s} {n}" for s, n in banded.items()))
+                 + ", ".join(f"{s} {n}" for s, n in banded.items())
+                 + "".join(f"; {s}: {len(c)} partition cuts" for s, c in reduction.get("cuts", {}).items())
+                 + "".join(f"; {s}: {len(t)} tiled groups" for s, t in reduction.get("tiles", {}).items()))
     lines.append(f"executor arena (line buffers and band boundaries): {figures['executor_arena_bytes'] / mb:.2f} MB; "
                  "calls per frame: " + ", ".join(f"{s} {n}" for s, n in figures["executor_calls"].items()))
     scenarios = list(chosen["fps"])

@@ -330,23 +330,40 @@ def plan_transition_room(parts: PartsPlan, budget: int | None) -> tuple[PartsPla
     return parts, None
 
 
-def reduced_plan(app: App, band_rows: Mapping[str, Mapping[str, int]], reduction: Mapping[str, Any]) -> ReducedPlan:
-    """The plan of ``app`` processing ``band_rows`` (band heights per scenario and layer), with its tables.
+def strategy_of(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The partition cuts and tile groups of a reduction or of one of its Pareto points (their JSON form), as
+    keyword arguments of ``compile_parts``; empty where the search chose none."""
+    return {"cuts": {str(s): tuple(str(t) for t in c) for s, c in entry.get("cuts", {}).items()},
+            "tiles": {str(s): tuple((tuple(str(n) for n in g), int(b)) for g, b in t)
+                      for s, t in entry.get("tiles", {}).items()}}
 
-    With a memory limit in ``reduction``, the arena keeps room for SBRS-TP transitions where the limit
-    leaves it (``plan_transition_room``); ``reduction["transition_cut"]`` records the cut taken.
+
+def reduced_plan(app: App, band_rows: Mapping[str, Mapping[str, int]], reduction: Mapping[str, Any],
+                 strategy: Mapping[str, Any] | None = None) -> ReducedPlan:
+    """The plan of ``app`` processing ``band_rows`` (band heights per scenario and layer) with the partition
+    cuts and tile groups of ``strategy`` (``strategy_of``), with its tables.
+
+    The calls run the models folded as ``compile_parts`` folds them (conv→BN→activation one layer), so the
+    parameter bytes are the folded models' (what the calls hold). With a memory limit in ``reduction``, the
+    arena keeps room for SBRS-TP transitions where the limit leaves it (``plan_transition_room``);
+    ``reduction["transition_cut"]`` records the cut taken.
     """
     from sbrs.model import naive_buffer_bytes, params_bytes
+    from sbrs.model.fold import fold_model
     from sbrs.runtime.parts import compile_parts
 
-    parts = compile_parts(app.models, band_rows)
+    strategy = dict(strategy or {})
+    parts = compile_parts(app.models, band_rows, **strategy)
+    folded = [fold_model(model) for model in app.models.values()]
     limit = reduction.get("memory_limit_bytes")
-    budget = None if limit is None else int(limit) - params_bytes(app.models.values())
+    budget = None if limit is None else int(limit) - params_bytes(folded)
     parts, cut = plan_transition_room(parts, budget)
     reduction = {**dict(reduction), "transition_cut": cut}
-    model_bytes = {"params_bytes": params_bytes(app.models.values()),
-                   "naive_bytes": sum(naive_buffer_bytes(m) for m in app.models.values())}
-    record = {**dict(reduction), "band_rows": {s: dict(b) for s, b in band_rows.items()}}
+    model_bytes = {"params_bytes": params_bytes(folded),
+                   "naive_bytes": sum(naive_buffer_bytes(m) for m in folded)}
+    record = {**dict(reduction), "band_rows": {s: dict(b) for s, b in band_rows.items()},
+              "cuts": {s: list(c) for s, c in strategy.get("cuts", {}).items()},
+              "tiles": {s: [[list(g), b] for g, b in t] for s, t in strategy.get("tiles", {}).items()}}
     scenarios = {s: ScenarioCalls.of(p) for s, p in parts.scenarios.items()}
     return ReducedPlan(app.name, scenarios, parts.arena_bytes, parts.lower_bound_bytes, parts.alignment,
                        parts_transitions(scenarios, parts.arena_bytes, app.name), record, model_bytes, parts)
@@ -373,8 +390,9 @@ def fit_reduction(app: App, reduction: Mapping[str, Any]) -> ReducedPlan:
         key=lambda p: -min(p["fps"].values(), default=0.0))]
     smallest: tuple[int, int] | None = None
     for point in candidates[:MAX_FIT_TRIES]:
-        bands = point["band_rows"] if point is not reduction["chosen"] else reduction["band_rows"]
-        plan = reduced_plan(app, bands, {**keep, "chosen": point})
+        chosen = point is reduction["chosen"]
+        bands = reduction["band_rows"] if chosen else point["band_rows"]
+        plan = reduced_plan(app, bands, {**keep, "chosen": point}, strategy_of(reduction if chosen else point))
         total = int(plan.model_bytes["params_bytes"]) + plan.arena_bytes
         if total <= limit:
             return plan
@@ -407,15 +425,17 @@ def scenario_memory_mb(plan: ReducedPlan, params: Mapping[str, int]) -> dict[str
 
 def call_models(app: App, plan: ReducedPlan) -> dict[str, onnx.ModelProto]:
     """key → the ONNX model of every distinct call of ``plan`` (what ``sbrs build`` writes as files)."""
+    from sbrs.model.fold import fold_model
     from sbrs.runtime.parts import call_model
 
     if plan.source is None:
         raise ValueError("the call models of a plan read back from a build are in the build's files")
     models: dict[str, onnx.ModelProto] = {}
     for scenario, parts in plan.source.scenarios.items():
+        folded = fold_model(app.models[scenario])  # the model the calls were compiled from
         for call in parts.calls:
             if call.key not in models:
-                models[call.key] = call_model(app.models[scenario], parts, call)
+                models[call.key] = call_model(folded, parts, call)
     return models
 
 

@@ -21,7 +21,7 @@ from sbrs.cli import main
 from tests.conftest import modules_a_run_loads, ort_session
 
 LIMITED = Path(__file__).resolve().parents[1] / "data" / "limited" / "limited.yaml"
-SMALL_SEARCH = ("--generations", "6", "--population", "12")
+SMALL_SEARCH = ("--generations", "6", "--population", "12", "--cost", "analytic")  # deterministic
 
 
 def _sbrs(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

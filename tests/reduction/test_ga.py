@@ -11,17 +11,20 @@ import pytest
 from sbrs import zoo
 from sbrs.errors import InputError
 from sbrs.model import CnnModel, import_model
+from sbrs.model.fold import fold_model
 from sbrs.reduction import (
     AnalyticCostModel,
     GaParams,
     MeasuredCostModel,
     ReductionResult,
+    cut_genes,
     figure_4_1_model,
     layer_height,
     model_fps,
     plan_reduction,
     reduce_buffers,
     reduction_genes,
+    tile_genes,
 )
 
 SMALL = GaParams(population=10, generations=3, seed=7)
@@ -61,7 +64,7 @@ def test_chosen_configuration_meets_the_memory_limit() -> None:
     assert result.chosen.memory_bytes <= unreduced_bytes() - 1
     assert any(n > 1 for phases in result.phases.values() for n in phases.values())
     # the chosen configuration is reproduced by Algorithm 10 through the public API
-    plan = plan_reduction(scenarios(), result.band_rows)
+    plan = plan_reduction(scenarios(), result.band_rows, cuts=result.cuts, tiles=result.tiles)
     assert plan.memory_bytes == result.chosen.memory_bytes
     assert plan.fps == pytest.approx(result.chosen.fps)
     assert plan.phases == result.phases
@@ -173,8 +176,11 @@ def test_measured_costs_override_and_round_trip(tmp_path: Path) -> None:
 
 
 def test_tied_followers_share_their_producers_gene() -> None:
-    """Batch norm, activations and residual adds follow the gene of the layer whose rows they read 1:1."""
-    model = scenarios()["full"]
+    """Batch norm, activations and residual adds follow the gene of the layer whose rows they read 1:1.
+
+    The search runs on folded models (conv→BN→ReLU6 one layer), so its genes are those of the folded model.
+    """
+    model = fold_model(scenarios()["full"])
     free = reduction_genes({"full": model})
     tied = reduction_genes({"full": model}, tie_followers=True)
     assert len(tied) < len(free)
@@ -186,3 +192,20 @@ def test_tied_followers_share_their_producers_gene() -> None:
     for gene in tied:
         if gene.scenario in result.band_rows:
             assert len({result.band_rows[gene.scenario][layer] for layer in gene.layers}) == 1
+
+
+def test_search_chooses_strategy_per_region_within_a_time_budget() -> None:
+    """Band, cut and tile genes in one chromosome; a tiled or cut choice the search returns is reproduced by
+    Algorithm 10 and runs; a time budget of zero stops after the initial population."""
+    models = {s: fold_model(m) for s, m in scenarios().items()}
+    assert cut_genes(models) and tile_genes(models)
+    result = reduce_buffers(models, memory_limit=unreduced_bytes() - 1, params=GaParams(population=10, generations=3))
+    kinds = {point_kind for point in result.pareto for point_kind in
+             (("tile",) if point.tiles else ()) + (("cut",) if point.cuts else ())}
+    assert kinds, "no front member uses tiles or cuts"
+    for point in result.pareto:
+        plan = plan_reduction(models, point.band_rows, cuts=point.cuts, tiles=point.tiles)
+        assert plan.memory_bytes == point.memory_bytes
+    quick = reduce_buffers(models, memory_limit=unreduced_bytes() - 1,
+                           params=GaParams(population=10, generations=50, time_budget_s=0.0))
+    assert quick.generations == 0 and quick.chosen.memory_bytes <= unreduced_bytes() - 1

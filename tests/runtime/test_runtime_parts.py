@@ -17,8 +17,10 @@ from sbrs import zoo
 from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.memory import check_plan
 from sbrs.model import CnnModel, import_model
+from sbrs.model.fold import fold_model
 from sbrs.model.onnx_export import to_onnx
-from sbrs.reduction import maximal_bands, plan_reduction, reduction_genes
+from sbrs.reduction import cut_genes, maximal_bands, plan_reduction, reduction_genes
+from sbrs.reduction.tiles import tile_groups
 from sbrs.runtime.parts import PartsRuntime, call_model, compile_parts, executable_bands
 from tests.conftest import APPS, ort_session
 from tests.runtime.conftest import References, assert_equivalent, random_frame
@@ -77,16 +79,24 @@ def test_band_calls_fuse_conv_batchnorm_activation_and_use_pad_variants() -> Non
     model = zoo_model("mobilenet_v2")
     parts = compile_parts({"m": model}, {"m": maximal_bands(model)}).scenarios["m"]
     head = parts.calls[0]
-    assert head.layers == ("features.0.0", "features.0.1", "features.0.2")  # conv, batch norm, clip: one call
+    assert head.layers == ("features.0.0",)  # conv, batch norm, clip: folded into one layer, one call
     variants = {call.pads for call in parts.calls if call.layers == head.layers}
     assert variants == {(("features.0.0", 0, 0),), (("features.0.0", 1, 0),)}  # 224 rows, stride 2: no bottom pad
     assert len({call.key for call in parts.calls if call.layers == head.layers}) == 2
-    proto = call_model(model, parts, head)
+    with pytest.raises(SbrsRuntimeError, match="folded"):
+        call_model(model, parts, head)
+    proto = call_model(fold_model(model), parts, head)
     dims = [d.dim_param for d in proto.graph.input[0].type.tensor_type.shape.dim]
     assert dims[0] == "h0" and proto.graph.node[0].op_type == "Transpose"
+    assert [n.op_type for n in proto.graph.node] == ["Transpose", "Conv", "Clip", "Transpose"]
+    assert "features.0.0" not in rows_of(parts) and "features.0.1" not in rows_of(parts)  # no BN, no conv tensor
     rows = {b.tensor: b for b in parts.buffers}
     assert rows["features.0.2"].layout == "rows" and rows["features.0.2"].capacity < 112
     assert any(call.moves for call in parts.calls)  # sliding line buffers move their kept rows
+
+
+def rows_of(parts: object) -> set[str]:
+    return {b.tensor for b in parts.buffers}  # type: ignore[attr-defined]
 
 
 def test_whole_configuration_is_one_native_call() -> None:
@@ -149,3 +159,55 @@ def test_api_errors_leave_the_runtime_usable() -> None:
     runtime.close()
     with pytest.raises(SbrsRuntimeError):
         runtime.infer(frame)
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v2", "resnet18", "efficientnet_b0"])
+def test_partitions_and_a_streamed_input_keep_outputs_and_lower_the_arena(name: str) -> None:
+    """1-row bands everywhere, the frame streamed row by row into a line buffer (the input layer banded),
+    and cuts at every tensor the search may cut: same outputs, the arena at its lower bound (and smaller for
+    MobileNetV2)."""
+    model = fold_model(zoo_model(name))
+    bands = {layer.name: 1 for layer in model.layers}
+    cuts = {name: [g.layer for g in cut_genes({name: model})]}
+    assert cuts[name]
+    frame = frame_of(model)
+    want = reference(model, frame)
+    with PartsRuntime(models={name: model}, band_rows={name: bands}) as plain, \
+            PartsRuntime(models={name: model}, band_rows={name: bands}, cuts=cuts) as cut:
+        parts = cut.plan.scenarios[name]
+        assert any(call.feed for call in parts.calls) and parts.buffer(model.graph_inputs[0]).capacity < 64
+        assert check_plan(cut.plan.problem, cut.plan.arena) == []
+        assert cut.arena_bytes == cut.plan.lower_bound_bytes
+        if name == "mobilenet_v2":  # cuts pay where the CNN narrows; elsewhere the search leaves them out
+            assert cut.arena_bytes < plain.arena_bytes
+        for runtime in (plain, cut):
+            for repeat in range(2):
+                assert_equivalent(runtime.infer(frame), want, f"{name} frame {repeat}")
+    reduced = plan_reduction({name: model}, {name: bands}, cuts=cuts)
+    assert reduced.cuts[name] and check_plan(reduced.problem, reduced.arena) == []
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v2", "resnet18", "efficientnet_b0"])
+@pytest.mark.parametrize("band", [1, 3])
+def test_tiled_groups_recompute_halos_and_equal_unreduced(name: str, band: int) -> None:
+    """Seed 002's tiling: every candidate group runs as one call per band (members with their own band
+    pads, a Slice where a member reads fewer rows than the call holds); outputs equal ORT's, internal
+    tensors get no line buffer, and the plan counts them as transients of each firing."""
+    model = fold_model(zoo_model(name))
+    groups = tile_groups(model)
+    tiles = {name: [(g, band) for g in groups]}
+    bands = {model.layers[0].name: 2}  # the frame streamed two rows at a time
+    frame = frame_of(model)
+    want = reference(model, frame)
+    with PartsRuntime(models={name: model}, band_rows={name: bands}, tiles=tiles) as runtime:
+        parts = runtime.plan.scenarios[name]
+        assert check_plan(runtime.plan.problem, runtime.plan.arena) == []
+        internal = {model.layer(n).outputs[0] for g in groups for n in g[:-1]}
+        assert not internal & {b.tensor for b in parts.buffers}
+        tiled = [call for call in parts.calls if len(call.layers) > 1 and call.layers in {tuple(g) for g in groups}]
+        assert tiled and any(call.slices for call in tiled) == (name != "efficientnet_b0")
+        for repeat in range(2):
+            assert_equivalent(runtime.infer(frame), want, f"{name} tiles of {band} frame {repeat}")
+    reduced = plan_reduction({name: model}, {name: bands}, tiles=tiles)
+    assert check_plan(reduced.problem, reduced.arena) == []
+    assert reduced.schedules[name].transients

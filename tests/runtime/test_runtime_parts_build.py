@@ -10,9 +10,10 @@ import pytest
 
 from sbrs.cli import main
 from sbrs.model import CnnModel
+from sbrs.model.fold import fold_model
 from sbrs.reduction import GaParams, MeasuredCostModel, layer_height, reduce_buffers
 from sbrs.runtime.parts import PartsRuntime
-from sbrs.runtime.parts_build import load_reduction
+from sbrs.runtime.parts_build import load_reduction, load_reduction_strategy
 from sbrs.runtime.parts_cost import cached_costs, costs_path, measure_costs
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 
@@ -57,8 +58,13 @@ def test_tight_limit_chooses_a_reduction_and_saves_it(load_example, tmp_path: Pa
     app = load_example("tiny")
     bands = load_reduction(tmp_path / "tiny.plan.json", app)
     assert bands == reduction["band_rows"]
+    strategy = load_reduction_strategy(tmp_path / "tiny.plan.json", app)  # partition cuts and tile groups
+    assert set(strategy) == {"cuts", "tiles"}
+    assert {s: list(c) for s, c in strategy["cuts"].items()} == reduction["cuts"]
+    assert {s: [[list(g), b] for g, b in t] for s, t in strategy["tiles"].items()} == reduction["tiles"]
     references = References(app)  # spot check: the chosen configuration, run for real, equals the models
-    with PartsRuntime(app, bands) as runtime:
+    with PartsRuntime(app, bands, **strategy) as runtime:
+        assert runtime.arena_bytes == reduction["figures"]["executor_arena_bytes"]
         for scenario in runtime.scenarios:
             runtime.switch(scenario)
             frame = random_frame(app, 3)
@@ -102,7 +108,7 @@ def test_measured_costs_are_cached_and_drive_the_search(load_example) -> None:
     table = cached_costs(models, candidates)
     assert table is not None and costs_path(models, candidates).is_file()
     assert MeasuredCostModel.load(costs_path(models, candidates)) == table
-    model = models["full"]
+    model = fold_model(models["full"])  # the table holds the folded layers the GA sees
     banded = [layer for layer in model.layers if layer.op == "Conv" and layer_height(layer) > 8]
     for layer in banded:
         whole, one_row = table.layer_seconds(layer, layer_height(layer)), table.layer_seconds(layer, 1)
@@ -113,6 +119,6 @@ def test_measured_costs_are_cached_and_drive_the_search(load_example) -> None:
     assert result.feasible
     frame = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
     references = References(app)
-    with PartsRuntime(models=models, band_rows=result.band_rows) as runtime:
+    with PartsRuntime(models=models, band_rows=result.band_rows, cuts=result.cuts, tiles=result.tiles) as runtime:
         assert_equivalent(runtime.infer(frame), references.outputs("full", frame), "GA choice")
     assert measure_costs(models, (0, 4), repeats=1).entries  # a direct measurement works too
