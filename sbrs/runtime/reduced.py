@@ -354,6 +354,11 @@ def reduced_plan(app: App, band_rows: Mapping[str, Mapping[str, int]], reduction
 
     strategy = dict(strategy or {})
     parts = compile_parts(app.models, band_rows, **strategy)
+    streamed = sorted(s for s, p in parts.scenarios.items() if any(call.feed for call in p.calls))
+    if streamed:  # the search behind `sbrs build` never bands the graph input (reduce_app: stream_input=False)
+        raise InputError(f"scenario(s) {', '.join(streamed)}: a band on the graph input (a streamed frame) runs in "
+                         f"sbrs.runtime.parts.PartsRuntime, not in the runtime of a build; give the input no band",
+                         field="band_rows")
     folded = [fold_model(model) for model in app.models.values()]
     limit = reduction.get("memory_limit_bytes")
     budget = None if limit is None else int(limit) - params_bytes(folded)

@@ -17,6 +17,7 @@ import pytest
 
 from sbrs.app import App, load_app
 from sbrs.cli import main
+from sbrs.errors import InputError
 from sbrs.runtime.executor import Runtime
 from sbrs.runtime.reduced import ReducedRuntime, parts_accesses, reduced_plan, runtime_from_app, strategy_of
 from sbrs.runtime.transition import check_schedule, hazard_waits
@@ -208,3 +209,11 @@ def test_switches_from_three_threads_never_lose_a_frame(app: App, refs: Referenc
             for result in results:
                 assert_equivalent(result.outputs, want[(result.scenario, result.index % DISTINCT_FRAMES)],
                                   f"{transition}/{schedule}/{order} frame {result.index} on {result.scenario}")
+
+
+def test_a_band_on_the_graph_input_is_refused_with_a_reason(app: App) -> None:
+    """Streamed input (a band on the graph input) is PartsRuntime's; the runtime of a build says so."""
+    model = app.models["full"]
+    first = next(layer.name for layer in model.layers if layer.op == "Input")
+    with pytest.raises(InputError, match="streamed frame"):
+        reduced_plan(app, {"full": {first: 4}}, {"memory_limit_bytes": 2_000_000})
