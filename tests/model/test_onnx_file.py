@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from sbrs import zoo
@@ -180,3 +182,26 @@ def test_importing_a_large_model_holds_its_weights_once(tmp_path: Path) -> None:
     bare, imported = peak("-"), peak(str(path))
     # issue 11: at most 1.5x the file above the interpreter (before the mapped read: ~3x)
     assert imported - bare <= 1.5 * size, f"peak {imported / 1e6:.0f} MB, bare {bare / 1e6:.0f} MB, file {size / 1e6:.0f} MB"
+
+
+_SMALL = min(DATA.glob("*.onnx"), key=lambda p: p.stat().st_size).read_bytes()  # the smallest real export
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, len(_SMALL) - 1), st.integers(0, 255)), max_size=8),
+       st.integers(1, len(_SMALL)))
+def test_damaged_files_are_read_or_refused_in_one_line(tmp_path: Path, flips: list[tuple[int, int]],
+                                                      length: int) -> None:
+    """Any damage (bytes changed, file cut short) gives a model or an ``InputError``, never another error, from
+    reading the file and from importing it."""
+    data = bytearray(_SMALL[:length])
+    for position, value in flips:
+        if position < len(data):
+            data[position] = value
+    path = tmp_path / "damaged.onnx"
+    path.write_bytes(bytes(data))
+    try:
+        read_onnx(path)
+        import_onnx(path)
+    except InputError as error:
+        assert "\n" not in str(error)
