@@ -54,14 +54,21 @@ status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in
 print("RSS", int(status["VmRSS"].split()[0]) * 1024, flush=True)
 """
 
-# sbrs run, with the steady RSS printed after the frames (the same /proc read as the ORT script).
+# sbrs run, with the steady RSS printed after the frames while the runtime is still open (the ORT script's
+# sessions are alive when it reads its RSS; read after ``main`` returns, the closed runtime's sessions would
+# already be gone).
 SBRS_SCRIPT = r"""
 import sys
+import sbrs.runtime.loop as loop
 from sbrs.cli import main
-code = main(["run", sys.argv[1], "--frames", sys.argv[2], "--no-socket"])
-status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
-print("RSS", int(status["VmRSS"].split()[0]) * 1024, flush=True)
-sys.exit(code)
+run_frames = loop.run_frames
+def frames_then_rss(*args, **kwargs):
+    summary = run_frames(*args, **kwargs)
+    status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+    print("RSS", int(status["VmRSS"].split()[0]) * 1024, flush=True)
+    return summary
+loop.run_frames = frames_then_rss
+sys.exit(main(["run", sys.argv[1], "--frames", sys.argv[2], "--no-socket"]))
 """
 
 
