@@ -11,7 +11,8 @@ file already stores as external data are mapped from their own files the same wa
 
 The mapped pages are the file's: the kernel reads them when the weights are first touched and may drop them
 again under memory pressure, and nothing is copied until a later stage writes the weights somewhere else
-(the build's ``weights.bin``).
+(the build's ``weights.bin``). Files below ``MAPPED_MIN_FILE_BYTES`` are read into memory once instead (the
+same walk over bytes): their weights then belong to the process, so rewriting the file cannot reach them.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from sbrs.errors import InputError
 #: Initializers with at least this many bytes of ``raw_data`` are mapped instead of parsed (weights; shape
 #: tensors and scales stay inline, where shape inference and constant folding read them).
 MAPPED_MIN_BYTES = 4096
+#: Files of at least this size are memory-mapped; smaller ones are read into memory once (the weights are
+#: views of that one copy), so that rewriting a small model file cannot touch a loaded App (DESIGN.md).
+MAPPED_MIN_FILE_BYTES = 64 * 1024 * 1024
 
 # Field numbers of onnx.proto3 that the walk needs.
 _MODEL_GRAPH = 7
@@ -53,8 +57,12 @@ def read_onnx(path: str | Path) -> OnnxFile:
         raise InputError("no such ONNX file", file=str(path))
     if path.stat().st_size == 0:
         raise InputError("not an ONNX model: an empty file (export the model again)", file=str(path))
-    with open(path, "rb") as stream:
-        data = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
+    data: mmap.mmap | bytes
+    if path.stat().st_size >= MAPPED_MIN_FILE_BYTES:
+        with open(path, "rb") as stream:
+            data = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
+    else:  # read once: its weights are then the process's own, whatever happens to the file later
+        data = path.read_bytes()
     try:
         loaded = _read(memoryview(data), path)
     except InputError:
@@ -108,7 +116,7 @@ def _tensor(data: memoryview, start: int, end: int, path: Path, arrays: dict[str
     return tensor
 
 
-def _mapped(buffer: mmap.mmap, offset: int, length: int, tensor: onnx.TensorProto) -> np.ndarray | None:
+def _mapped(buffer: mmap.mmap | bytes, offset: int, length: int, tensor: onnx.TensorProto) -> np.ndarray | None:
     """A read-only little-endian view of ``length`` bytes at ``offset`` as ``tensor``'s type and shape."""
     if sys.byteorder != "little":
         return None
