@@ -161,8 +161,15 @@ class PairTable:
         return f"{self.old}->{self.new}"
 
     def overlap_steps(self, ssr_step: int = 1) -> int:
-        """New steps that may start before the old frame ends when the SSR arrives at old step ``ssr_step``."""
-        return sum(1 for w in self.wait if max(w, ssr_step) < self.old_steps)
+        """New steps that may start before the old frame ends when the SSR arrives at old step ``ssr_step``.
+
+        New steps run in order, so step i waits for every earlier new step's wait as well (the running
+        maximum of ``wait``): one that must wait for the whole old frame holds back all after it."""
+        count, waited = 0, ssr_step
+        for wait in self.wait:
+            waited = max(waited, wait)
+            count += waited < self.old_steps
+        return count
 
     def to_dict(self) -> dict[str, Any]:
         return {"old": self.old, "new": self.new, "old_steps": self.old_steps, "x": list(self.x),
