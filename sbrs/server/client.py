@@ -13,7 +13,6 @@ import argparse
 import contextlib
 import json
 import os
-import socket
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -40,6 +39,8 @@ class Connection:
     """One connection to the control server; ``request`` sends a request and waits for its reply."""
 
     def __init__(self, target: Target, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        import socket  # here, not at the top: `sbrs run` builds the client commands' parser, never connects
+
         self.where = describe_target(target)
         try:
             if isinstance(target, tuple):
@@ -79,10 +80,12 @@ class Connection:
         """Send one line (a newline is added when missing)."""
         self.send_raw(line if line.endswith(b"\n") else line + b"\n")
 
-    def shutdown(self, how: int = socket.SHUT_WR) -> None:
-        """Close our sending side (``SHUT_WR``: the server sees end of stream, replies still arrive)."""
+    def shutdown(self, how: int | None = None) -> None:
+        """Close our sending side (default ``SHUT_WR``: the server sees end of stream, replies still arrive)."""
+        import socket
+
         with contextlib.suppress(OSError):
-            self._sock.shutdown(how)
+            self._sock.shutdown(socket.SHUT_WR if how is None else how)
 
     def read_reply(self) -> dict[str, Any]:
         """The next reply line, decoded."""
