@@ -37,7 +37,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -61,6 +60,8 @@ from sbrs.runtime.transition import TRANSITION_MODES, PairTable, TransitionPlan,
 from sbrs.runtime.units import MIN_SWITCH_STEP_WORK, UnitPlan
 
 if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
     import onnxruntime as ort
 
     from sbrs.app.app import App
@@ -577,6 +578,8 @@ class Runtime:
 
     def _transition_worker(self) -> ThreadPoolExecutor:
         if self._worker is None:
+            from concurrent.futures import ThreadPoolExecutor  # only the ``threads`` schedule has a worker
+
             self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sbrs-transition")
         return self._worker
 
