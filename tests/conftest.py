@@ -48,7 +48,7 @@ FORBIDDEN = ("onnx", "pydantic", "sbrs.zoo", "sbrs.reduction", "deap", "sbrs.mod
              "yaml", "sbrs.moc.derive", "sbrs.memory.arena", "sbrs.plan.plan", "sbrs.runtime.layout",
              "sbrs.runtime.parts",
              # the control socket's event loop, with --no-socket
-             "asyncio", "socket", "concurrent.futures", "sbrs.server.server")
+             "asyncio", "socket", "concurrent.futures", "shutil", "sbrs.server.server")
 
 
 def modules_a_run_loads(app: Path, forbidden: tuple[str, ...] = FORBIDDEN) -> list[str]:
