@@ -16,7 +16,6 @@ steady and peak (``VmHWM``: loading and switching). What sbrs imports is part of
 
 from __future__ import annotations
 
-import gc
 import json
 import statistics
 import subprocess
@@ -134,35 +133,38 @@ def _run_probe(label: str, command: list[str]) -> dict[str, int]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+#: The sbrs probe: the app's verified build loaded as ``sbrs run`` loads it (``sbrs.build.artifact``, nothing of
+#: this benchmark module, whose own imports would count against sbrs), every scenario run, its RSS and peak.
+_SBRS_PROBE = """
+import gc, json, sys
+import numpy as np
+from sbrs.build.artifact import load_build, runtime_of_build
+from sbrs.runtime.device import release_free_memory
+args = json.loads(sys.argv[1])
+build = load_build(args["app"])
+runtime = runtime_of_build(build)
+frame = np.zeros(build.config.input.shape, build.config.input.dtype)
+for scenario in runtime.scenarios:
+    runtime.switch(scenario)
+    for _ in range(args["warmup"]):
+        runtime.infer(frame)
+gc.collect()
+release_free_memory()  # as the ORT probe hands its freed memory back
+status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+print(json.dumps({"rss": int(status["VmRSS"].split()[0]) * 1024, "peak": int(status["VmHWM"].split()[0]) * 1024}))
+"""
+
+
 def _child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
-    """``rss_child(mode, argument)`` in a fresh interpreter (``sbrs``), or the ORT probe (``ort``, ``idle``)."""
+    """The sbrs probe (``sbrs``) or the ORT probe (``ort``, ``idle``: numpy and onnxruntime only), each in a
+    fresh interpreter."""
     if mode == "sbrs":
-        code = ("import json, sys; from sbrs.runtime.bench import rss_child; "
-                "print(json.dumps(rss_child(sys.argv[1], json.loads(sys.argv[2]))))")
-        return _run_probe(mode, ["-c", code, mode, json.dumps(argument)])
+        return _run_probe(mode, ["-c", _SBRS_PROBE, json.dumps({"warmup": WARMUP_FRAMES, **argument})])
     if mode == "idle":
         argument = {"models": []}
     elif mode != "ort":
         raise ValueError(f"unknown memory probe {mode!r}")
     return _run_probe(mode, ["-c", _ORT_PROBE, json.dumps({"warmup": WARMUP_FRAMES, **argument})])
-
-
-def rss_child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
-    """In a fresh interpreter: the app's verified build in sbrs, as ``sbrs run`` runs it, every scenario run."""
-    if mode != "sbrs":
-        raise ValueError(f"unknown memory probe {mode!r}")
-    from sbrs.build.artifact import load_build, runtime_of_build
-
-    build = load_build(argument["app"])
-    runtime = runtime_of_build(build)
-    frame = np.zeros(build.config.input.shape, build.config.input.dtype)
-    for scenario in runtime.scenarios:
-        runtime.switch(scenario)
-        for _ in range(WARMUP_FRAMES):
-            runtime.infer(frame)
-    gc.collect()
-    rss, peak = resident_bytes()
-    return {"rss": rss, "peak": peak}
 
 
 def measure_memory(app_path: str, *, granularity: str | None) -> dict[str, Any]:
