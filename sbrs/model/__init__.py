@@ -1,7 +1,6 @@
 """Stage 1 of the data flow: the CNN model of thesis Section 2.1 and its ONNX import."""
 
-from typing import Any
-
+from sbrs._lazy import lazy_exports
 from sbrs.model.cnn import (
     LAYER_TYPES,
     SUPPORTED_OPS,
@@ -19,19 +18,14 @@ from sbrs.model.cnn import (
     unique_params,
 )
 
-# ONNX import and export load the onnx package; they are imported on first use, so code that only needs the
-# model types (the runtime running a compiled build) does not pay for it.
-_LAZY = {"build_graph_model": "onnx_export", "to_onnx": "onnx_export", "fold_model": "fold", "fold_bands": "fold",
-         "import_model": "onnx_import", "import_onnx": "onnx_import", "load_onnx": "onnx_import"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(f"sbrs.model.{_LAZY[name]}"), name)
-    raise AttributeError(f"module 'sbrs.model' has no attribute {name!r}")
-
+# ONNX import and export load the onnx package; they are imported on first use (``sbrs._lazy``), so code that
+# only needs the model types (the runtime running a compiled build) does not pay for it.
+__getattr__, __dir__ = lazy_exports(globals(), {
+    "build_graph_model": "sbrs.model.onnx_export", "to_onnx": "sbrs.model.onnx_export",
+    "fold_model": "sbrs.model.fold", "fold_bands": "sbrs.model.fold",
+    "import_model": "sbrs.model.onnx_import", "import_onnx": "sbrs.model.onnx_import",
+    "load_onnx": "sbrs.model.onnx_import",
+})
 
 __all__ = [
     "LAYER_TYPES",

@@ -198,6 +198,21 @@ class Edge:
         return f"{self.src}->{self.dst}:{self.tensor}"
 
 
+def layer_edges(layers: Iterable[Layer], tensors: Mapping[str, TensorSpec]) -> list[Edge]:
+    """The edges of ``layers`` (topological order): one per producer, consumer and tensor, in reading order."""
+    producer: dict[str, str] = {}
+    edges: list[Edge] = []
+    seen: set[tuple[str, str, str]] = set()
+    for layer in layers:
+        for tensor in layer.inputs:
+            key = (producer[tensor], layer.name, tensor)
+            if key not in seen:
+                seen.add(key)
+                edges.append(Edge(key[0], key[1], tensor, tensors[tensor]))
+        producer.update((t, layer.name) for t in layer.outputs if t)
+    return edges
+
+
 class WeightStore(Mapping[str, np.ndarray]):
     """Parameter arrays by content digest; read-only once built. Equal tensors are stored once."""
 

@@ -27,7 +27,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from sbrs.model.cnn import CnnModel, Edge, Layer, ParamRef, WeightStore, tensor_digest
+from sbrs.model.cnn import CnnModel, Layer, ParamRef, WeightStore, layer_edges, tensor_digest
 
 __all__ = ["FUSABLE_ACTIVATIONS", "fold_bands", "fold_cuts", "fold_model", "fold_tiles"]
 
@@ -135,15 +135,7 @@ def fold_model(model: CnnModel) -> CnnModel:
     if not result:
         return model
     new_layers = tuple(result.get(layer.name, layer) for layer in layers if layer.name not in removed)
-    producer = {t: layer.name for layer in new_layers for t in layer.outputs if t}
-    edges: list[Edge] = []
-    seen: set[tuple[str, str, str]] = set()
-    for layer in new_layers:
-        for tensor in layer.inputs:
-            key = (producer[tensor], layer.name, tensor)
-            if key not in seen:
-                seen.add(key)
-                edges.append(Edge(key[0], key[1], tensor, model.tensors[tensor]))
+    edges = layer_edges(new_layers, model.tensors)
     used = {p.digest for layer in new_layers for p in layer.params}
     for layer in new_layers:
         for follower in layer.fused:

@@ -55,10 +55,11 @@ def read_onnx(path: str | Path) -> OnnxFile:
     path = Path(path)
     if not path.is_file():
         raise InputError("no such ONNX file", file=str(path))
-    if path.stat().st_size == 0:
+    size = path.stat().st_size
+    if size == 0:
         raise InputError("not an ONNX model: an empty file (export the model again)", file=str(path))
     data: mmap.mmap | bytes
-    if path.stat().st_size >= MAPPED_MIN_FILE_BYTES:
+    if size >= MAPPED_MIN_FILE_BYTES:
         with open(path, "rb") as stream:
             data = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
     else:  # read once: its weights are then the process's own, whatever happens to the file later

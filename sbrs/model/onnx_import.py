@@ -27,11 +27,11 @@ from sbrs.model.cnn import (
     OUTPUT_OP,
     SUPPORTED_OPS,
     CnnModel,
-    Edge,
     Layer,
     ParamRef,
     TensorSpec,
     WeightStore,
+    layer_edges,
 )
 from sbrs.model.onnx_file import is_placeholder, read_onnx
 
@@ -383,14 +383,7 @@ def _build(model: onnx.ModelProto, values: Mapping[str, np.ndarray], source: str
         layer_name = unique(f"output:{output}")
         layers.append(Layer(layer_name, OUTPUT_OP, "data", (output,), (), (specs[output].shape,), ()))
 
-    edges: list[Edge] = []
-    seen: set[tuple[str, str, str]] = set()
-    for layer in layers:
-        for tensor in layer.inputs:
-            key = (producer[tensor], layer.name, tensor)
-            if key not in seen:
-                seen.add(key)
-                edges.append(Edge(key[0], key[1], tensor, specs[tensor]))
+    edges = layer_edges(layers, specs)
 
     opsets = {entry.domain or "": int(entry.version) for entry in model.opset_import}
     return CnnModel(

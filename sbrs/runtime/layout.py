@@ -276,6 +276,8 @@ def unit_model(models: Mapping[str, CnnModel], moc: Moc, unit: Unit, tensor_spec
                ) -> onnx.ModelProto:
     """The ONNX model of ``unit``, built from its source scenario's layers: data tensors produced inside the unit
     are named by supergraph tensor id, operands read from outside by the unit's input placeholders."""
+    from onnx import numpy_helper
+
     from sbrs.model.onnx_export import build_graph_model
 
     private = frozenset(replace(key, private_to="") for key in unit.steps if key.private_to)
@@ -302,5 +304,5 @@ def unit_model(models: Mapping[str, CnnModel], moc: Moc, unit: Unit, tensor_spec
         [(name, tensor_spec_of[name]) for name in unit.inputs],
         [(t, tensor_specs[t]) for t in unit.outputs],
         model.weights, model.opset_imports, f"{app_name}.{unit.id}",
-        **({"initializer": initializer} if initializer is not None else {}),
+        initializer=initializer or numpy_helper.from_array,
     )
