@@ -128,8 +128,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     reduced = manifest["reduced"]
     report["build"] = {"folder": str(build_dir_of(app)), "execution": "units" if reduced is None else "parts",
                        "units": len(manifest["plan"]["units"]) if reduced is None else 0,
-                       "call_files": sum(1 for name in manifest["files"] if name.startswith("c")),
+                       "call_files": sum(1 for name in manifest["files"]
+                                         if name.startswith("c") and name.endswith(".onnx") and ".opt." not in name),
                        "weights_bytes": manifest["weights_bytes"],
+                       "optimized_for": manifest["optimized_for"],
                        "run_by_parts": None if reduced is None else {
                            "params_bytes": reduced["model_bytes"]["params_bytes"],
                            "arena_bytes": reduced["arena_bytes"],
@@ -154,9 +156,11 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(f"plan saved to {plan_path}")
         files = (f"{report['build']['units']} unit files" if reduced is None else
                  f"{report['build']['call_files']} band-call files (the app runs by parts)")
+        optimized = report["build"]["optimized_for"]
         print(f"build written to {report['build']['folder']}: {files}, "
-              f"{report['build']['weights_bytes'] / 1e6:.1f} MB of weights stored once "
-              f"(figures above are planned from the models; `sbrs bench` measures process memory)")
+              f"{report['build']['weights_bytes'] / 1e6:.1f} MB of weights stored once"
+              + ("" if optimized is None else ", and ONNX Runtime's optimised form of each for this machine")
+              + " (figures above are planned from the models; `sbrs bench` measures process memory)")
         if reduction is not None:
             from sbrs.runtime.parts_build import format_reduction
 
@@ -306,7 +310,13 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: Every subcommand's name (``build_parser``).
+COMMANDS: tuple[str, ...] = ("check", "inspect", "build", "run", "bench", "switch", "env", "status", "zoo")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser: every subcommand, or only ``command``'s (one of ``COMMANDS``). ``main`` builds only the
+    one asked for: the parsers of all the others cost ``sbrs run`` about 0.3 MB it would hold to the end."""
     parser = _Parser(
         prog="sbrs",
         description="Run one CNN application with several scenarios that share layers, weights and one memory "
@@ -319,15 +329,37 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=handler)
         return sub
 
-    check = add("check", cmd_check, "validate an app and print each scenario's CNN figures")
+    def wanted(*names: str) -> bool:
+        return command is None or command in names
+
+    if wanted("check"):
+        _check_arguments(add("check", cmd_check, "validate an app and print each scenario's CNN figures"))
+    if wanted("inspect"):
+        _check_arguments(add("inspect", cmd_inspect,
+                             "the SBRS MoC: capture table (thesis Table 5.1), control parameters, steps"))
+    if wanted("build"):
+        _build_arguments(add("build", cmd_build,
+                             "derive the MoC and plan one arena for every scenario; print memory figures"))
+    if wanted("run"):
+        _run_arguments(add("run", cmd_run, "run the app (the main job)"))
+    if wanted("bench"):
+        _bench_arguments(add("bench", cmd_bench,
+                             "throughput per scenario against plain ONNX Runtime, and process memory"))
+    if wanted("switch", "env", "status"):
+        from sbrs.server.client import add_client_commands
+
+        add_client_commands(commands, add)
+    if wanted("zoo"):
+        _zoo_commands(add("zoo", lambda _args: 2, "reference CNN architectures with seeded weights"))
+    return parser
+
+
+def _check_arguments(check: argparse.ArgumentParser) -> None:  # check and inspect take the same arguments
     check.add_argument("app", metavar="APP.yaml")
     check.add_argument("--json", action="store_true", help="print one JSON object")
 
-    inspect = add("inspect", cmd_inspect, "the SBRS MoC: capture table (thesis Table 5.1), control parameters, steps")
-    inspect.add_argument("app", metavar="APP.yaml")
-    inspect.add_argument("--json", action="store_true", help="print one JSON object")
 
-    build = add("build", cmd_build, "derive the MoC and plan one arena for every scenario; print memory figures")
+def _build_arguments(build: argparse.ArgumentParser) -> None:
     build.add_argument("app", metavar="APP.yaml")
     build.add_argument("--json", action="store_true", help="print one JSON object")
     build.add_argument("--plan", metavar="FILE", default=None,
@@ -346,7 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--population", type=int, default=24, help="GA population")
     build.add_argument("--generations", type=int, default=16, help="GA generations")
 
-    run = add("run", cmd_run, "run the app (the main job)")
+
+def _run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("app", metavar="APP.yaml")
     run.add_argument("--frames", type=int, default=None, help="stop after N frames (default: until interrupted)")
     run.add_argument("--input", default=None, metavar="SRC",
@@ -375,7 +408,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_arguments(run)
 
-    bench = add("bench", cmd_bench, "throughput per scenario against plain ONNX Runtime, and process memory")
+
+def _bench_arguments(bench: argparse.ArgumentParser) -> None:
     bench.add_argument("app", metavar="APP.yaml")
     bench.add_argument("--frames", type=int, default=20, help="frames per timed block")
     bench.add_argument("--repeats", type=int, default=None,
@@ -393,11 +427,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "every session loaded, ort-load: ONNX Runtime loading the new session on a switch)")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
 
-    from sbrs.server.client import add_client_commands
 
-    add_client_commands(commands, add)
-
-    zoo = add("zoo", lambda _args: 2, "reference CNN architectures with seeded weights")
+def _zoo_commands(zoo: argparse.ArgumentParser) -> None:
     zoo_commands = zoo.add_subparsers(dest="zoo_command", metavar="ZOO_COMMAND", required=True)
     zoo_list = zoo_commands.add_parser("list", help="list the zoo's models and their options")
     zoo_list.set_defaults(handler=cmd_zoo_list)
@@ -412,11 +443,11 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="any other model option (e.g. drop_blocks=1,2 or exit_stage=2)")
     export.add_argument("--json", action="store_true", help="print one JSON object")
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args))

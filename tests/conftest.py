@@ -49,6 +49,9 @@ FORBIDDEN = ("onnx", "pydantic", "sbrs.zoo", "sbrs.reduction", "deap", "sbrs.mod
              "sbrs.runtime.parts",
              # the control socket's event loop, with --no-socket
              "asyncio", "socket", "concurrent.futures", "shutil", "sbrs.server.server")
+#: ... and what a build of execution units does not need either: the model stage's types, the runtime by parts,
+#: the parsers of the other commands (``sbrs.cli.build_parser``).
+FORBIDDEN_FOR_UNITS = (*FORBIDDEN, "sbrs.model", "sbrs.runtime.reduced", "sbrs.server.client")
 
 
 def modules_a_run_loads(app: Path, forbidden: tuple[str, ...] = FORBIDDEN) -> list[str]:

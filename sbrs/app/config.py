@@ -8,7 +8,6 @@ the cache on first use, so every scenario ends up with its own ONNX file: the gr
 
 from __future__ import annotations
 
-import ipaddress
 import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -118,6 +117,8 @@ def is_loopback_host(host: str) -> bool:
     if text.lower() in ("localhost", "localhost."):
         return True
     try:
+        import ipaddress  # only a --listen address needs it
+
         return ipaddress.ip_address(text).is_loopback
     except ValueError:
         return False

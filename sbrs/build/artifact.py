@@ -15,6 +15,11 @@
     needs processing by parts (``sbrs.runtime.reduced``);
 ``weights.bin``
     every distinct weight tensor once (deduplicated by content, 4 KiB-aligned), shared by all unit files.
+``<name>.opt.onnx`` and ``<name>.opt.onnx.bin`` (beside each model file above, CPU apps)
+    ONNX Runtime's fully optimised form of that model with its own (reordered) weights, valid only on the
+    machine and onnxruntime version it was made with (``optimized_for``, ``sbrs.runtime.device.machine_key``).
+    Where they match, the runtime loads these without optimising again (a start several times faster);
+    elsewhere it loads the portable files above and optimises them as it loads them.
 
 Loading (``load_build``) reads only JSON and hashes files: it imports neither ``onnx`` nor the model zoo nor
 the reduction search, and holds no weights in Python; ONNX Runtime reads the unit files and the weights file
@@ -49,9 +54,11 @@ if TYPE_CHECKING:
     from sbrs.runtime.transition import TransitionPlan
     from sbrs.runtime.units import UnitPlan
 
-FORMAT = 2
+FORMAT = 3
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.bin"
+#: The file name ending of ONNX Runtime's optimised form of a model file of the build (``<stem>`` + this).
+OPTIMIZED_SUFFIX = ".opt.onnx"
 
 
 def build_dir(app_path: str | Path) -> Path:
@@ -108,9 +115,18 @@ class LoadedBuild:
     transition_arena: str
     memory_limit_bytes: int | None = None
     reduced: ReducedPlan | None = None  # band calls instead of units (the app runs by parts)
+    optimized_for: str | None = None  # the machine its ONNX Runtime-optimised files are for (None: none made)
+    optimized_here: bool = False  # ... and it is this one: the runtime loads those
+
+    def model_path(self, name: str) -> str:
+        """The file to load for the build's model file ``name`` (``u1.onnx``, ``c<key>.onnx``): its optimised
+        form when that was made on this machine, else the portable file."""
+        if self.optimized_here:
+            name = name.removesuffix(".onnx") + OPTIMIZED_SUFFIX
+        return str(self.folder / name)
 
     def unit_path(self, unit_id: str) -> str:
-        return str(self.folder / f"{unit_id}.onnx")
+        return self.model_path(f"{unit_id}.onnx")
 
     def matches(self, granularity: str | None, transition: str, transition_arena: str) -> bool:
         """Whether runtime options ask for what this build was compiled for. A build by parts runs either
@@ -165,7 +181,6 @@ def verify_build(folder: Path, app_path: str | Path) -> dict[str, Any]:
 
 def load_build(app_path: str | Path, folder: Path | None = None) -> LoadedBuild:
     """The verified build of ``app_path`` (``build_dir`` by default)."""
-    from sbrs.runtime.reduced import ReducedPlan
     from sbrs.runtime.transition import TransitionPlan
     from sbrs.runtime.units import UnitPlan
 
@@ -174,19 +189,35 @@ def load_build(app_path: str | Path, folder: Path | None = None) -> LoadedBuild:
     try:
         options = manifest["options"]
         reduced = manifest["reduced"]
+        if reduced is not None:  # the band calls' plan (only a build by parts loads that module)
+            from sbrs.runtime.reduced import ReducedPlan
+
+            reduced = ReducedPlan.from_dict(reduced)
         build = LoadedBuild(
             folder=folder, config=config_from_dict(manifest["config"]), plan=UnitPlan.from_dict(manifest["plan"]),
             shadow=manifest["shadow"], transitions=TransitionPlan.from_dict(manifest["transitions"]),
             model_bytes=manifest["model_bytes"], scenario_memory_mb=manifest["scenario_memory_mb"],
             granularity=options["granularity"], transition=options["transition"],
             transition_arena=options["transition_arena"], memory_limit_bytes=manifest["memory_limit_bytes"],
-            reduced=None if reduced is None else ReducedPlan.from_dict(reduced))
+            reduced=reduced,
+            optimized_for=manifest["optimized_for"], optimized_here=optimized_here(manifest))
     except (KeyError, TypeError, ValueError, AttributeError):
         raise refuse(folder, app_path, f"{MANIFEST} lacks fields of a build (damaged)") from None
     why = limit_mismatch(build.config, build.memory_limit_bytes)
     if why is not None:
         raise refuse(folder, app_path, why)
     return build
+
+
+def optimized_here(manifest: Mapping[str, Any]) -> bool:
+    """Whether the build's ONNX Runtime-optimised files were made for this machine, onnxruntime and providers."""
+    made_for = manifest["optimized_for"]
+    if made_for is None:
+        return False
+    from sbrs.runtime.device import machine_key, resolve_providers
+
+    providers = resolve_providers(tuple(manifest["config"]["runtime"]["providers"]))
+    return bool(made_for == machine_key(providers))
 
 
 def limit_mismatch(config: AppConfig, built_for: int | None) -> str | None:
@@ -216,7 +247,7 @@ def runtime_of_build(build: LoadedBuild, **options: Any) -> Runtime:
     from sbrs.runtime.reduced import runtime_from_build
 
     options.pop("granularity", None)
-    return runtime_from_build(build.config, build.reduced, build.folder, **options)
+    return runtime_from_build(build, **options)
 
 
 def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
@@ -289,6 +320,10 @@ def open_runtime(app_path: str | Path, *, granularity: str | None = None, transi
         say(f"sbrs run: {'rebuilding' if rebuild else 'no build of the app yet; building'} {folder}")
         compile_in_child(app_path)
     build = load_build(app_path, folder)
+    if build.optimized_for is not None and not build.optimized_here:
+        say(f"sbrs run: the build's ONNX Runtime-optimised models were made on another machine or onnxruntime "
+            f"({build.optimized_for}); loading its portable models instead (a slower start; `sbrs build "
+            f"{app_path}` here makes them for this machine)")
     mode = transition or build.config.runtime.transition
     arena = build.transition_arena if mode == build.transition else "shadow" if mode == "sbrs-tp" else "shared"
     if build.matches(granularity, mode, arena):

@@ -21,7 +21,15 @@ from onnx import helper, numpy_helper
 
 from sbrs import __version__
 from sbrs.app.app import App
-from sbrs.build.artifact import FORMAT, MANIFEST, WEIGHTS, build_dir, input_record, manifest_checksum
+from sbrs.build.artifact import (
+    FORMAT,
+    MANIFEST,
+    OPTIMIZED_SUFFIX,
+    WEIGHTS,
+    build_dir,
+    input_record,
+    manifest_checksum,
+)
 from sbrs.runtime.units import UnitPlan
 
 #: Tensors smaller than this stay inside their unit file (biases, scales): not worth a page of the weights file.
@@ -102,6 +110,29 @@ def scenario_memory_mb(app: App, plan: UnitPlan) -> dict[str, float]:
     return {name: (params_bytes([model]) + peaks.get(name, 0)) / 1e6 for name, model in app.models.items()}
 
 
+def _save_optimized_models(app: App, staging: Path) -> str | None:
+    """Beside every model file of the build, ONNX Runtime's optimised form for this machine
+    (``<name>.opt.onnx`` and its weights ``<name>.opt.onnx.bin``, ``sbrs.runtime.device.save_optimized``);
+    returns the machine they are valid on (``machine_key``), None when none were made: the app runs on a GPU
+    provider (the optimised form would fix node placement) or the CPU's flags cannot be read."""
+    from sbrs.runtime.device import (
+        CPU_PROVIDER,
+        machine_key,
+        resolve_providers,
+        save_optimized,
+        use_global_thread_pool,
+    )
+
+    providers = resolve_providers(tuple(app.config.runtime.providers), where=app.config.path)
+    key = machine_key(providers)
+    if providers != (CPU_PROVIDER,) or key is None:
+        return None
+    use_global_thread_pool(app.config.runtime.threads)
+    for path in sorted(staging.glob("*.onnx")):
+        save_optimized(str(path), str(path.with_name(path.stem + OPTIMIZED_SUFFIX)), providers)
+    return key
+
+
 def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Write the build of ``app`` (default ``APP.build/`` beside the app file); returns its manifest.
 
@@ -154,6 +185,7 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
                     onnx.save_model(model, str(staging / call_file(key)))
         finally:
             weights.close()
+        optimized_for = _save_optimized_models(app, staging)
         files = {record.pop("path"): record for record in
                  (input_record(path, staging) for path in sorted(staging.iterdir()) if path.is_file())}
         manifest: dict[str, Any] = {
@@ -171,6 +203,7 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
             "memory_limit_bytes": None if reduction is None else int(reduction["memory_limit_bytes"]),
             "reduced": None if reduced is None else reduced.to_dict(),
             "weights_bytes": (staging / WEIGHTS).stat().st_size,
+            "optimized_for": optimized_for,
             "files": files,
         }
         manifest["checksum"] = manifest_checksum(manifest)

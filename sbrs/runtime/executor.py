@@ -181,10 +181,11 @@ class Runtime:
             if transition_arena == "shadow":
                 self.plan, shadow = plan_shadow(self.plan)
             self.transitions = build_transition_plan(self.plan, arena=transition_arena, shadow=shadow)
-        specs = {t.id: t.spec for t in self.plan.tensors}
+        specs = {t.id: t.spec for t in self.plan.tensors} if build is None else {}
         for unit in self.plan.units:
             if build is not None:  # ONNX Runtime reads the unit file and the shared weights file itself
-                self._sessions[unit.id] = create_session(build.unit_path(unit.id), self.providers)
+                self._sessions[unit.id] = create_session(build.unit_path(unit.id), self.providers,
+                                                         optimized=build.optimized_here)
                 # ONNX Runtime frees its load-time copies (weights read, then prepacked) when the session is
                 # ready; handing them back before the next unit loads keeps the process's peak near one unit's
                 # copies (multi-cnn: 325-335 -> 307-309 MB peak RSS, the steady state unchanged)

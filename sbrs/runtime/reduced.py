@@ -31,7 +31,6 @@ import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,6 +45,7 @@ if TYPE_CHECKING:
 
     from sbrs.app.app import App
     from sbrs.app.config import AppConfig
+    from sbrs.build.artifact import LoadedBuild
     from sbrs.control.events import RunObserver
     from sbrs.runtime.parts import PartsPlan, ScenarioParts
 
@@ -450,7 +450,8 @@ def call_models(app: App, plan: ReducedPlan) -> dict[str, onnx.ModelProto]:
 class ReducedRuntime(Runtime):
     """A ``Runtime`` whose steps are the band calls of a :class:`ReducedPlan` (module docstring).
 
-    ``sessions`` gives each call key's model: a file path (a build) or an ONNX model (compiled in memory).
+    ``sessions`` gives each call key's model: a file path (a build; ``optimized``: ONNX Runtime's optimised
+    form for this machine) or an ONNX model (compiled in memory).
     ``transition`` as ``Runtime``; ``transition_arena`` must be ``shared`` (the default here: shadow slots
     would double the arena the memory limit bounds). Runs on the CPU provider (line-buffer moves are numpy
     copies inside the arena).
@@ -460,7 +461,8 @@ class ReducedRuntime(Runtime):
 
     def __init__(self, config: AppConfig, plan: ReducedPlan, sessions: Mapping[str, str | onnx.ModelProto], *,
                  transition: str | None = None, transition_arena: str | None = None,
-                 transition_schedule: str = "priority", observers: Iterable[RunObserver] = ()) -> None:
+                 transition_schedule: str = "priority", observers: Iterable[RunObserver] = (),
+                 optimized: bool = False) -> None:
         mode, arena = runtime_options(config, transition, transition_arena or "shared", transition_schedule)
         if arena != "shared":
             raise InputError(f"transition arena '{arena}' is not available when the app runs by parts (its "
@@ -477,7 +479,7 @@ class ReducedRuntime(Runtime):
             self.memory_limit_bytes = limit
         self._arena = ArenaMemory(plan.arena_bytes, self.device, plan.alignment)
         for key in plan.call_keys:
-            self._sessions[key] = create_session(sessions[key], self.providers)
+            self._sessions[key] = create_session(sessions[key], self.providers, optimized=optimized)
         for parts in plan.scenarios.values():
             self._bind_scenario(parts)
         self._new_calls, self._new_copy_in, self._new_copy_out = self._calls, self._copy_in, self._copy_out
@@ -641,6 +643,10 @@ def runtime_from_app(app: App, plan: ReducedPlan, **options: Any) -> ReducedRunt
     return ReducedRuntime(app.config, plan, call_models(app, plan), **options)
 
 
-def runtime_from_build(config: AppConfig, plan: ReducedPlan, folder: Path, **options: Any) -> ReducedRuntime:
-    """A reduced runtime from a verified build: ONNX Runtime reads the call files and the weights file."""
-    return ReducedRuntime(config, plan, {key: str(folder / call_file(key)) for key in plan.call_keys}, **options)
+def runtime_from_build(build: LoadedBuild, **options: Any) -> ReducedRuntime:
+    """A reduced runtime from a verified build: ONNX Runtime reads the call files (their optimised form where
+    it was made on this machine) and the weights file."""
+    plan = build.reduced
+    assert plan is not None
+    return ReducedRuntime(build.config, plan, {key: build.model_path(call_file(key)) for key in plan.call_keys},
+                          optimized=build.optimized_here, **options)

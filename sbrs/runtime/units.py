@@ -12,14 +12,16 @@ of every boundary tensor (``sbrs.runtime.arena``). A compiled build reads it wit
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sbrs.model.cnn import TensorSpec
+import numpy as np
 
 if TYPE_CHECKING:
     from sbrs.moc.model import Value
+    from sbrs.model.cnn import TensorSpec
 
 GRANULARITIES: tuple[str, ...] = ("auto", "layer")
 
@@ -56,11 +58,13 @@ class BoundaryTensor:
 
     @property
     def spec(self) -> TensorSpec:
+        from sbrs.model.cnn import TensorSpec  # the model stage's type; a compiled build's run never needs it
+
         return TensorSpec(self.shape, self.dtype)
 
     @property
     def nbytes(self) -> int:
-        return self.spec.nbytes
+        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "shape": list(self.shape), "dtype": self.dtype, "offset": self.offset,

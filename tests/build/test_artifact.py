@@ -15,12 +15,12 @@ import onnxruntime as ort
 import pytest
 
 from sbrs.app import load_app
-from sbrs.build.artifact import MANIFEST, WEIGHTS, build_dir, load_build
+from sbrs.build.artifact import MANIFEST, OPTIMIZED_SUFFIX, WEIGHTS, build_dir, load_build, open_runtime
 from sbrs.build.compile import compile_app
 from sbrs.errors import InputError
-from sbrs.runtime.device import session_options
+from sbrs.runtime.device import machine_key, session_options
 from sbrs.runtime.executor import Runtime
-from tests.conftest import modules_a_run_loads
+from tests.conftest import FORBIDDEN_FOR_UNITS, modules_a_run_loads
 
 APPS = Path(__file__).resolve().parents[2] / "apps"
 
@@ -40,14 +40,26 @@ def _sbrs(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("name", ["tiny", "pamap2"])
-def test_build_runs_like_onnx_runtime_on_each_scenario_model(name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("here", [True, False], ids=["optimised-here", "optimised-elsewhere"])
+def test_build_runs_like_onnx_runtime_on_each_scenario_model(name: str, here: bool, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the build's ONNX Runtime-optimised files were made (this machine) the runtime loads them; where
+    they were not (another CPU or onnxruntime) it loads the portable unit files; equal to ORT either way."""
     app = load_app(APPS / f"{name}.yaml")
     folder = tmp_path / f"{name}.build"
     manifest = compile_app(app, folder)
     assert manifest["weights_bytes"] > 0
-    # one weights file shared by every unit file, no weight stored twice
-    assert sum(1 for path in folder.iterdir() if path.suffix == ".bin") == 1
-    build = Runtime(build=load_build(app.config.path, folder))
+    # one weights file shared by every portable unit file, no weight stored twice
+    assert [path.name for path in folder.glob("*.bin") if not path.name.endswith(OPTIMIZED_SUFFIX + ".bin")] == [WEIGHTS]
+    units = sorted(path.name for path in folder.glob("u*.onnx") if not path.name.endswith(OPTIMIZED_SUFFIX))
+    assert units and manifest["optimized_for"] == machine_key(("CPUExecutionProvider",))
+    assert all((folder / (unit.removesuffix(".onnx") + OPTIMIZED_SUFFIX)).is_file() for unit in units)
+    if not here:
+        monkeypatch.setattr("sbrs.runtime.device.machine_key", lambda providers: "another machine")
+    loaded = load_build(app.config.path, folder)
+    assert loaded.optimized_here is here
+    build = Runtime(build=loaded)
+    assert all(session._model_path.endswith(OPTIMIZED_SUFFIX) is here for session in build._sessions.values())
     rng = np.random.default_rng(3)
     frame = rng.standard_normal(tuple(app.config.input.shape)).astype(app.config.input.dtype)
     for scenario in app.config.scenarios:
@@ -108,6 +120,15 @@ def _missing_unit(folder: Path) -> None:
     next(folder.glob("u*.onnx")).unlink()
 
 
+def _tampered_optimized_weights(folder: Path) -> None:
+    path = next(folder.glob(f"u*{OPTIMIZED_SUFFIX}.bin"))
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    before = path.stat().st_mtime_ns
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(before + 10**9, before + 10**9))
+
+
 def _stale(folder: Path) -> None:
     app_path = folder.with_name("tiny.yaml")
     app_path.write_text(app_path.read_text().replace("characteristics: {accuracy: 90.0", "characteristics: "
@@ -115,7 +136,7 @@ def _stale(folder: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", [_garbage, _truncated_manifest, _tampered_manifest, _tampered_weights,
-                                    _truncated_weights, _missing_unit, _stale])
+                                    _truncated_weights, _missing_unit, _tampered_optimized_weights, _stale])
 def test_bad_build_is_refused_with_exit_2_and_one_line(tiny: Path, damage) -> None:  # type: ignore[no-untyped-def]
     damage(build_dir(tiny))
     with pytest.raises(InputError, match="run `sbrs build"):
@@ -135,7 +156,7 @@ def test_touching_an_input_without_changing_it_keeps_the_build(tiny: Path) -> No
 
 
 def test_running_a_build_imports_only_what_it_needs(tiny: Path) -> None:
-    assert modules_a_run_loads(tiny) == []
+    assert modules_a_run_loads(tiny, FORBIDDEN_FOR_UNITS) == []
 
 
 def test_a_changed_model_file_makes_the_build_stale(tmp_path: Path) -> None:
@@ -173,3 +194,15 @@ def test_app_runtime_uses_a_current_build_and_falls_back_to_the_models(tiny: Pat
         assert not any(str(build_dir(tiny)) in session._model_path for session in fallback._sessions.values())
     with app.runtime(transition="naive") as other_options:  # the build is for sbrs-tp: compiled in memory
         assert other_options.node.mode == "naive"
+
+
+def test_run_says_when_the_optimised_files_are_for_another_machine(tiny: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    said: list[str] = []
+    runtime, _, _ = open_runtime(tiny, say=said.append)
+    runtime.close()
+    assert said == []
+    monkeypatch.setattr("sbrs.runtime.device.machine_key", lambda providers: "another machine")
+    runtime, _, _ = open_runtime(tiny, say=said.append)
+    runtime.close()
+    assert len(said) == 1 and "another machine" in said[0] and "sbrs build" in said[0]

@@ -23,6 +23,28 @@ def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]
     assert "usage: sbrs" in capsys.readouterr().out
 
 
+def test_a_command_s_own_parser_parses_as_the_full_one() -> None:
+    """``main`` builds only the parser of the command asked for: it must know every command and parse each
+    command's arguments exactly as the parser of all commands does."""
+    import argparse
+
+    from sbrs.cli import COMMANDS as NAMED
+
+    full = build_parser()
+    subcommands = next(a for a in full._actions if isinstance(a, argparse._SubParsersAction))
+    assert tuple(subcommands.choices) == NAMED == tuple(COMMANDS)
+    samples = {"run": ["run", "a.yaml", "--frames", "3", "--no-socket", "--metrics-port", "9100"],
+               "build": ["build", "a.yaml", "--memory-limit", "2", "--min-fps", "x=3"],
+               "bench": ["bench", "a.yaml", "--switching", "--repeats", "4"],
+               "switch": ["switch", "fast", "--app", "drone"], "check": ["check", "a.yaml", "--json"],
+               "zoo": ["zoo", "export", "resnet18", "-o", "x.onnx"]}
+    for command, argv in samples.items():
+        alone, every = vars(build_parser(command).parse_args(argv)), vars(full.parse_args(argv))
+        assert alone.keys() == every.keys() and all(
+            alone[key] == every[key] for key in alone if key != "handler"), command
+        assert alone["handler"].__name__ == every["handler"].__name__
+
+
 def test_console_script_is_installed() -> None:
     result = subprocess.run([sys.executable, "-m", "sbrs.cli", "--version"], capture_output=True, text=True,
                             check=False)

@@ -31,7 +31,7 @@ def server(controller: FakeController, sock_dir: Path) -> Iterator[Server]:
 def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Run:
     """Run ``sbrs ARGS...`` with a parser holding only the client commands; (status, stdout, stderr)."""
 
-    def build_parser() -> argparse.ArgumentParser:
+    def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         parser = argparse.ArgumentParser(prog="sbrs")
         add_client_commands(parser.add_subparsers(dest="command", required=True))
         return parser
