@@ -16,6 +16,7 @@ steady and peak (``VmHWM``: loading and switching). What sbrs imports is part of
 
 from __future__ import annotations
 
+import gc
 import json
 import statistics
 import subprocess
@@ -405,6 +406,10 @@ def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | No
             "ort-all": lambda o, n, d: (_ort_delay(sessions, o, n, feed_name, frame, d, None), None),
             "ort-load": lambda o, n, d: (_ort_delay(sessions, o, n, feed_name, frame, d, load), None),
         }
+        # Everything loaded so far stays: out of the cyclic collector's sight, its full collections (several ms
+        # with the models' objects around) no longer land in a sample; both sides share this process.
+        gc.collect()
+        gc.freeze()
         pairs: dict[str, Any] = {}
         every: dict[str, list[float]] = {m: [] for m in methods}
         every_internal: dict[str, list[float]] = {m: [] for m in methods if m.startswith("sbrs")}

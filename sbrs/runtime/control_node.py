@@ -67,9 +67,12 @@ _TRANSITIONS: tuple[dict[str, Any], ...] = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, eq=False)  # not frozen: made on the requesting thread, in the switch's critical path
 class SwitchRequest:
-    """An SSR: its number, the wanted scenario, who asked and when it arrived (``time.perf_counter``)."""
+    """An SSR: its number, the wanted scenario, who asked and when it arrived (``time.perf_counter``).
+
+    Not to be changed once made. Two requests are equal only when they are the same request (identity).
+    """
 
     id: int
     scenario: str

@@ -52,6 +52,7 @@ from sbrs.runtime.device import (
     copy_model,
     create_session,
     device_of,
+    iobinding_runner,
     release_free_memory,
     resolve_providers,
     use_global_thread_pool,
@@ -260,10 +261,7 @@ class Runtime:
             binding.bind_output(name, self.device, 0, dtype, list(shape), pointer)
             writes.append(self._bound_ranges[-1])
 
-        def call() -> None:
-            session.run_with_iobinding(binding)
-
-        return call
+        return iobinding_runner(session, binding)
 
     def _bind_shadow(self, shadow: Mapping[str, int], input_name: str) -> None:
         """Bindings of every (scenario, unit) and frame I/O to the shadow slots (``plan_shadow``; CPU arena)."""

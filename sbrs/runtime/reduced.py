@@ -28,7 +28,6 @@ SBRS-TP on one arena
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -36,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sbrs.errors import InputError
-from sbrs.runtime.device import ArenaMemory, create_session
+from sbrs.runtime.device import ArenaMemory, create_session, iobinding_runner
 from sbrs.runtime.executor import Runtime, runtime_options
 from sbrs.runtime.transition import PairTable, StepAccess, TransitionPlan
 
@@ -528,7 +527,7 @@ class ReducedRuntime(Runtime):
                 reads.append(self._bound(scenario, t, source))
                 writes.append(self._bound(scenario, t, target))
                 moves.append((target, source))
-            steps.append(_step(session.run_with_iobinding, binding, tuple(moves)))
+            steps.append(_step(iobinding_runner(session, binding), tuple(moves)))
         self._calls[scenario] = tuple(steps)
         source = buffers[parts.input]
         frame_view = self._view(source)
@@ -605,17 +604,16 @@ class ReducedRuntime(Runtime):
                 f"sessions={len(self._sessions)}, transition={self.node.mode!r}, arena_bytes={self.arena_bytes})")
 
 
-def _step(run: Callable[[Any], Any], binding: Any,
-          moves: tuple[tuple[np.ndarray, np.ndarray], ...]) -> Callable[[], Any]:
-    """One call as a step of the engine: the line-buffer moves, then ``run_with_iobinding``."""
+def _step(run: Callable[[], Any], moves: tuple[tuple[np.ndarray, np.ndarray], ...]) -> Callable[[], Any]:
+    """One call as a step of the engine: the line-buffer moves, then ``run`` (``iobinding_runner``)."""
     if not moves:
-        return functools.partial(run, binding)
+        return run
     copyto = np.copyto
 
     def step() -> None:
         for target, source in moves:
             copyto(target, source)
-        run(binding)
+        run()
 
     return step
 
