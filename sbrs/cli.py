@@ -132,6 +132,7 @@ def cmd_build(args: argparse.Namespace) -> int:
                                          if name.startswith("c") and name.endswith(".onnx") and ".opt." not in name),
                        "weights_bytes": manifest["weights_bytes"],
                        "optimized_for": manifest["optimized_for"],
+                       "not_optimized": manifest["not_optimized"],
                        "run_by_parts": None if reduced is None else {
                            "params_bytes": reduced["model_bytes"]["params_bytes"],
                            "arena_bytes": reduced["arena_bytes"],
@@ -159,7 +160,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         optimized = report["build"]["optimized_for"]
         print(f"build written to {report['build']['folder']}: {files}, "
               f"{report['build']['weights_bytes'] / 1e6:.1f} MB of weights stored once"
-              + ("" if optimized is None else ", and ONNX Runtime's optimised form of each for this machine")
+              + (f" (no ONNX Runtime-optimised form: {report['build']['not_optimized']})" if optimized is None
+                 else ", and ONNX Runtime's optimised form of each for this machine")
               + " (figures above are planned from the models; `sbrs bench` measures process memory)")
         if reduction is not None:
             from sbrs.runtime.parts_build import format_reduction

@@ -110,11 +110,14 @@ def scenario_memory_mb(app: App, plan: UnitPlan) -> dict[str, float]:
     return {name: (params_bytes([model]) + peaks.get(name, 0)) / 1e6 for name, model in app.models.items()}
 
 
-def _save_optimized_models(app: App, staging: Path) -> str | None:
+def _save_optimized_models(app: App, staging: Path) -> tuple[str | None, str | None]:
     """Beside every model file of the build, ONNX Runtime's optimised form for this machine
-    (``<name>.opt.onnx`` and its weights ``<name>.opt.onnx.bin``, ``sbrs.runtime.device.save_optimized``);
-    returns the machine they are valid on (``machine_key``), None when none were made: the app runs on a GPU
-    provider (the optimised form would fix node placement) or the CPU's flags cannot be read."""
+    (``<name>.opt.onnx`` and its weights ``<name>.opt.onnx.bin``, ``sbrs.runtime.device.save_optimized``).
+
+    Returns the machine they are valid on (``machine_key``) and None, or None and why none were made: the app
+    runs on a GPU provider (the optimised form would fix node placement), the CPU's flags cannot be read, or
+    ONNX Runtime could not write one of them (then none is kept: the build stays whole and portable).
+    """
     from sbrs.runtime.device import (
         CPU_PROVIDER,
         machine_key,
@@ -124,13 +127,21 @@ def _save_optimized_models(app: App, staging: Path) -> str | None:
     )
 
     providers = resolve_providers(tuple(app.config.runtime.providers), where=app.config.path)
+    if providers != (CPU_PROVIDER,):
+        return None, f"the app runs on {providers[0]}"
     key = machine_key(providers)
-    if providers != (CPU_PROVIDER,) or key is None:
-        return None
+    if key is None:
+        return None, "this machine's CPU flags cannot be read (/proc/cpuinfo)"
     use_global_thread_pool(app.config.runtime.threads)
-    for path in sorted(staging.glob("*.onnx")):
-        save_optimized(str(path), str(path.with_name(path.stem + OPTIMIZED_SUFFIX)), providers)
-    return key
+    sources = sorted(staging.glob("*.onnx"))
+    try:
+        for path in sources:
+            save_optimized(str(path), str(path.with_name(path.stem + OPTIMIZED_SUFFIX)), providers)
+    except Exception as exc:  # onnxruntime raises its own types; any failure leaves only the portable files
+        for made in staging.glob(f"*{OPTIMIZED_SUFFIX}*"):
+            made.unlink()
+        return None, f"ONNX Runtime could not save one: {' '.join(str(exc).split())[:200]}"
+    return key, None
 
 
 def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -185,7 +196,7 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
                     onnx.save_model(model, str(staging / call_file(key)))
         finally:
             weights.close()
-        optimized_for = _save_optimized_models(app, staging)
+        optimized_for, not_optimized = _save_optimized_models(app, staging)
         files = {record.pop("path"): record for record in
                  (input_record(path, staging) for path in sorted(staging.iterdir()) if path.is_file())}
         manifest: dict[str, Any] = {
@@ -204,6 +215,7 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
             "reduced": None if reduced is None else reduced.to_dict(),
             "weights_bytes": (staging / WEIGHTS).stat().st_size,
             "optimized_for": optimized_for,
+            "not_optimized": not_optimized,
             "files": files,
         }
         manifest["checksum"] = manifest_checksum(manifest)

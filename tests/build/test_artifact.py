@@ -206,3 +206,31 @@ def test_run_says_when_the_optimised_files_are_for_another_machine(tiny: Path,
     runtime, _, _ = open_runtime(tiny, say=said.append)
     runtime.close()
     assert len(said) == 1 and "another machine" in said[0] and "sbrs build" in said[0]
+
+
+@pytest.mark.parametrize("failure", ["save", "flags"])
+def test_a_build_without_optimised_files_says_why_and_runs_the_portable_ones(
+        failure: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When ONNX Runtime cannot save an optimised form, or the CPU's flags cannot be read, the build keeps none
+    (not some), says why in its manifest, and runs from its portable unit files."""
+    if failure == "save":
+        def refuse(source: str, target: str, providers: tuple[str, ...]) -> None:
+            if target.startswith(str(tmp_path)) and "u2" in target:
+                raise RuntimeError("cannot serialise this node")
+            shutil.copy(source, target)  # the files made before the failure must be removed
+
+        monkeypatch.setattr("sbrs.runtime.device.save_optimized", refuse)
+    else:
+        monkeypatch.setattr("sbrs.runtime.device.machine_key", lambda providers: None)
+    app_path = tmp_path / "tiny.yaml"
+    shutil.copy(APPS / "tiny.yaml", app_path)
+    manifest = compile_app(load_app(app_path))
+    folder = build_dir(app_path)
+    assert manifest["optimized_for"] is None and not list(folder.glob(f"*{OPTIMIZED_SUFFIX}*"))
+    assert ("cannot serialise this node" if failure == "save" else "CPU flags") in manifest["not_optimized"]
+    said: list[str] = []
+    runtime, _, _ = open_runtime(app_path, say=said.append)
+    with runtime:
+        assert said == [] and not any(s._model_path.endswith(OPTIMIZED_SUFFIX) for s in runtime._sessions.values())
+        frame = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
+        assert runtime.infer(frame)["output"].shape == (1, 10)
