@@ -267,40 +267,67 @@ SWITCH_METHODS: tuple[str, ...] = ("sbrs-tp", "sbrs-naive", "ort-all", "ort-load
 MAX_SAMPLE_S = 5.0
 
 
-class _DelayedRequest:
-    """A thread that waits ``delay_s``, notes the time and makes the switch request (``ask()``): the request
-    arrives at a random point of a frame, from another thread, as a socket or policy request would."""
+class _Requester:
+    """One long-lived thread that makes each sample's switch request: armed with a delay and a request
+    (``arm``), it waits that long, notes the time and asks (``ask()``), so the request arrives at a random
+    point of a frame from another thread, as a socket or policy request would. ``join`` waits for the request
+    and gives its time.
 
-    def __init__(self, delay_s: float, ask: Callable[[], None]) -> None:
-        self.requested: float | None = None
-        self._delay_s = delay_s
-        self._ask = ask
+    One thread for every sample, as a server has one: a thread started per sample ends right after its request
+    while the frame loop runs, and on two cores its exit (Python code holding the GIL) sometimes stalled the
+    loop for milliseconds, whichever side was measured.
+    """
+
+    def __init__(self) -> None:
+        self._armed = threading.Condition()
+        self._work: tuple[float, Callable[[], None]] | None = None
+        self._done = threading.Event()
+        self._requested = 0.0
+        self._stop = False
         self._thread = threading.Thread(target=self._run, name="sbrs-bench-request", daemon=True)
-
-    def _run(self) -> None:
-        time.sleep(self._delay_s)
-        self.requested = time.perf_counter()
-        self._ask()
-
-    def start(self) -> None:
         self._thread.start()
 
+    def _run(self) -> None:
+        while True:
+            with self._armed:
+                while self._work is None and not self._stop:
+                    self._armed.wait()
+                if self._stop:
+                    return
+                assert self._work is not None
+                delay_s, ask = self._work
+                self._work = None
+            time.sleep(delay_s)
+            self._requested = time.perf_counter()
+            ask()
+            self._done.set()
+
+    def arm(self, delay_s: float, ask: Callable[[], None]) -> None:
+        self._done.clear()
+        with self._armed:
+            self._work = (delay_s, ask)
+            self._armed.notify()
+
     def join(self) -> float:
+        self._done.wait()
+        return self._requested
+
+    def close(self) -> None:
+        with self._armed:
+            self._stop = True
+            self._armed.notify()
         self._thread.join()
-        assert self.requested is not None
-        return self.requested
 
 
-def _sbrs_delay(runtime: Any, old: str, new: str, frame: np.ndarray, delay_s: float,
-                mode: str) -> tuple[float, float]:
+def _sbrs_delay(runtime: Any, old: str, new: str, frame: np.ndarray, delay_s: float, mode: str,
+                request: _Requester) -> tuple[float, float]:
     """One caller-side Δ of sbrs: frames stream on ``old``, the request comes ``delay_s`` after the stream
     starts; Δ = request → the caller holds the first result of ``new``. Also the runtime's own record of it."""
     runtime.switch(old, "bench")
     runtime.infer(frame)  # settled on old, nothing pending
-    request = _DelayedRequest(delay_s, lambda: runtime.switch(new, "bench"))
 
     def stream() -> Iterator[np.ndarray]:
-        request.start()
+        request.arm(delay_s, lambda: runtime.switch(new, "bench"))
         end = time.perf_counter() + MAX_SAMPLE_S
         while time.perf_counter() < end:
             yield frame
@@ -318,17 +345,16 @@ def _sbrs_delay(runtime: Any, old: str, new: str, frame: np.ndarray, delay_s: fl
 
 
 def _ort_delay(sessions: dict[str, Any], old: str, new: str, feed_name: str, frame: np.ndarray, delay_s: float,
-               load: Callable[[str], Any] | None) -> float:
+               load: Callable[[str], Any] | None, request: _Requester) -> float:
     """One caller-side Δ of plain ONNX Runtime, the same request thread: the loop switches session at the frame
     boundary; with ``load``, the new session is created then (and the old one dropped), else all are loaded."""
     active = {old: sessions[old]} if load is None else {old: load(old)}
     current = old
     wanted = [old]
     active[old].run(None, {feed_name: frame})
-    request = _DelayedRequest(delay_s, lambda: wanted.__setitem__(0, new))
 
     def stream() -> Iterator[np.ndarray]:  # the same frame source as sbrs gets
-        request.start()
+        request.arm(delay_s, lambda: wanted.__setitem__(0, new))
         end = time.perf_counter() + MAX_SAMPLE_S
         while time.perf_counter() < end:
             yield frame
@@ -401,42 +427,46 @@ def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | No
                 times.append(time.perf_counter() - start)
             frame_s[name] = statistics.median(times)
         run_method: dict[str, Callable[[str, str, float], tuple[float, float | None]]] = {
-            "sbrs-tp": lambda o, n, d: _sbrs_delay(runtime, o, n, frame, d, "sbrs-tp"),
-            "sbrs-naive": lambda o, n, d: _sbrs_delay(runtime, o, n, frame, d, "naive"),
-            "ort-all": lambda o, n, d: (_ort_delay(sessions, o, n, feed_name, frame, d, None), None),
-            "ort-load": lambda o, n, d: (_ort_delay(sessions, o, n, feed_name, frame, d, load), None),
+            "sbrs-tp": lambda o, n, d: _sbrs_delay(runtime, o, n, frame, d, "sbrs-tp", requester),
+            "sbrs-naive": lambda o, n, d: _sbrs_delay(runtime, o, n, frame, d, "naive", requester),
+            "ort-all": lambda o, n, d: (_ort_delay(sessions, o, n, feed_name, frame, d, None, requester), None),
+            "ort-load": lambda o, n, d: (_ort_delay(sessions, o, n, feed_name, frame, d, load, requester), None),
         }
         # Everything loaded so far stays: out of the cyclic collector's sight, its full collections (several ms
         # with the models' objects around) no longer land in a sample; both sides share this process.
         gc.collect()
         gc.freeze()
-        pairs: dict[str, Any] = {}
-        every: dict[str, list[float]] = {m: [] for m in methods}
-        every_internal: dict[str, list[float]] = {m: [] for m in methods if m.startswith("sbrs")}
-        for old in runtime.scenarios:
-            for new in runtime.scenarios:
-                if old == new:
-                    continue
-                samples: dict[str, list[float]] = {m: [] for m in methods}
-                internal: dict[str, list[float]] = {m: [] for m in every_internal}
-                for _ in range(repeats):
-                    delay = rng.uniform(0.0, frame_s[old])
-                    for method in rng.sample(methods, len(methods)):
-                        caller, recorded = run_method[method](old, new, delay)
-                        samples[method].append(caller)
-                        if recorded is not None:
-                            internal[method].append(recorded)
-                row: dict[str, Any] = {"old_frame_s": round(frame_s[old], 7), "new_frame_s": round(frame_s[new], 7)}
-                for method in methods:
-                    row[method] = _summary(samples[method])
-                    every[method].extend(samples[method])
-                    if method in internal:
-                        row[method]["internal_mean_s"] = round(statistics.fmean(internal[method]), 7)
-                        every_internal[method].extend(internal[method])
-                if "ort-all" in methods:
-                    row["ratios"] = {m: round(row[m]["mean_s"] / row["ort-all"]["mean_s"], 4)
-                                     for m in methods if m != "ort-all"}
-                pairs[f"{old}->{new}"] = row
+        requester = _Requester()
+        try:
+            pairs: dict[str, Any] = {}
+            every: dict[str, list[float]] = {m: [] for m in methods}
+            every_internal: dict[str, list[float]] = {m: [] for m in methods if m.startswith("sbrs")}
+            for old in runtime.scenarios:
+                for new in runtime.scenarios:
+                    if old == new:
+                        continue
+                    samples: dict[str, list[float]] = {m: [] for m in methods}
+                    internal: dict[str, list[float]] = {m: [] for m in every_internal}
+                    for _ in range(repeats):
+                        delay = rng.uniform(0.0, frame_s[old])
+                        for method in rng.sample(methods, len(methods)):
+                            caller, recorded = run_method[method](old, new, delay)
+                            samples[method].append(caller)
+                            if recorded is not None:
+                                internal[method].append(recorded)
+                    row: dict[str, Any] = {"old_frame_s": round(frame_s[old], 7), "new_frame_s": round(frame_s[new], 7)}
+                    for method in methods:
+                        row[method] = _summary(samples[method])
+                        every[method].extend(samples[method])
+                        if method in internal:
+                            row[method]["internal_mean_s"] = round(statistics.fmean(internal[method]), 7)
+                            every_internal[method].extend(internal[method])
+                    if "ort-all" in methods:
+                        row["ratios"] = {m: round(row[m]["mean_s"] / row["ort-all"]["mean_s"], 4)
+                                         for m in methods if m != "ort-all"}
+                    pairs[f"{old}->{new}"] = row
+        finally:
+            requester.close()
         overall: dict[str, Any] = {m: _summary(every[m]) for m in methods}
         for method, values in every_internal.items():
             overall[method]["internal_mean_s"] = round(statistics.fmean(values), 7)
