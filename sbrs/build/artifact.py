@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from sbrs.runtime.transition import TransitionPlan
     from sbrs.runtime.units import UnitPlan
 
-FORMAT = 3
+FORMAT = 4  # 4: a band call carries its feed flag (streamed input)
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.bin"
 #: The file name ending of ONNX Runtime's optimised form of a model file of the build (``<stem>`` + this).

@@ -191,7 +191,7 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
             else:
                 from sbrs.runtime.reduced import call_file, call_models
 
-                for key, model in call_models(app, reduced).items():
+                for key, model in call_models(app.models, reduced).items():
                     weights.externalise(model)
                     onnx.save_model(model, str(staging / call_file(key)))
         finally:

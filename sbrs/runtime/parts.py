@@ -1,10 +1,12 @@
-"""Execution by parts on ONNX Runtime: the thesis' line buffers (Chapter 4, Section 6.5.2) run for real.
+"""The compiler of execution by parts: the thesis' line buffers (Chapter 4, Section 6.5.2) as ONNX Runtime calls.
 
 Given a scenario (a :class:`~sbrs.model.cnn.CnnModel`) and band heights per layer (``sbrs.reduction``),
 :func:`compile_parts` turns the CSDF schedule of thesis Algorithm 10 (line 5) into *calls* of ONNX Runtime
 sessions, sizes one line buffer per tensor and places every buffer of every scenario in ONE arena planned with
-:mod:`sbrs.memory` (Algorithm 10, line 9). :class:`PartsRuntime` loads the sessions and runs frames with the
-``infer/switch/scenario/close`` API of :class:`sbrs.runtime.Runtime`.
+:mod:`sbrs.memory` (Algorithm 10, line 9); :func:`call_model` gives each call's ONNX model. Nothing here runs:
+:class:`sbrs.runtime.reduced.ReducedRuntime` (the runtime, with SBRS-TP switching) executes the calls from
+their run-time form (``ScenarioCalls``), for an app's build, an app in memory or bare models
+(``ReducedRuntime.from_models``). A run from a build never imports this module.
 
 Calls
     The schedule fires layers phase by phase (``(layer, k)``, Table 4.1, Column 7). Consecutive firings are
@@ -40,14 +42,15 @@ Line buffers
     (``numpy.copyto``, ``memmove``-like) and ``base`` advances. So every band read or written is contiguous
     with no spare rows; the cost is the copy of the kept rows (the overlap, ``kernel - stride`` rows per
     input, thesis Section 4.4 Ex3) at most once per write. Everything is deterministic, so the moves, the
-    addresses and the IOBindings of every call of a frame are computed once at load; a frame is a list of
-    copies and ``run_with_iobinding`` calls.
+    addresses and the IOBindings of every call of a frame are computed once at load (by the runtime); a frame
+    is a list of copies and ``run_with_iobinding`` calls.
 
 Streamed input
     A band on the graph input (``band_rows[scenario]["input:..."]``) makes the frame an edge like any other:
-    the arena holds a line buffer of its rows, and a *feed* step (``Call.feed``, no session) copies each
-    band's rows from the caller's frame (transposed to the rows layout) just before the calls that read
-    them. Without it the frame is copied whole into the arena first.
+    the arena holds a line buffer of its rows, and a *feed* call (``Call.feed``, key ``feed``, no session)
+    marks where the runtime copies each band's rows from the caller's frame (transposed to the rows layout),
+    just before the calls that read them; its output is the rows it writes, its moves those of the input's
+    line buffer. Without it the frame is copied whole into the arena first.
 
 Partitions and tiles
     ``cuts`` and ``tiles`` reach :func:`~sbrs.reduction.csdf.cnn_to_csdf` unchanged: a cut only reorders the
@@ -64,11 +67,9 @@ that touches it to the last (the frame input from call 0, graph outputs to the l
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import onnx
@@ -84,19 +85,12 @@ from sbrs.reduction.phases import LayerPhases, normalize_bands
 from sbrs.reduction.rows import ROWWISE_OPS, WINDOW_OPS, layer_height, row_bytes, tensor_rows
 from sbrs.reduction.schedule import schedule_csdf
 from sbrs.reduction.tiles import TilePhases
-from sbrs.runtime.device import ArenaMemory, create_session, resolve_providers, use_global_thread_pool
-
-if TYPE_CHECKING:
-    import onnxruntime as ort
-
-    from sbrs.app.app import App
 
 __all__ = [
     "BANDABLE_OPS",
     "Buffer",
     "Call",
     "PartsPlan",
-    "PartsRuntime",
     "ScenarioParts",
     "call_model",
     "compile_parts",
@@ -108,6 +102,7 @@ BANDABLE_OPS: frozenset[str] = WINDOW_OPS | ROWWISE_OPS
 
 ROWS = "rows"
 NCHW = "nchw"
+#: The key of a feed call (no session: the runtime copies frame rows, ``sbrs.runtime.reduced``).
 FEED = "feed"
 _TO_NCHW = (1, 2, 0, 3)
 _TO_ROWS = (2, 0, 1, 3)
@@ -588,215 +583,3 @@ def compile_parts(models: Mapping[str, CnnModel], band_rows: Mapping[str, Mappin
     placed = {s: replace(p, buffers=tuple(replace(b, offset=offsets[f"{s}/{b.tensor}"]) for b in p.buffers))
               for s, p in compiled.items()}
     return PartsPlan(placed, arena.arena_bytes, lower_bound(problem), arena.alignment, arena.strategy, problem, arena)
-
-
-# -- running --------------------------------------------------------------------------------------------
-
-
-class PartsRuntime:
-    """An app's scenarios run by parts (line buffers in one arena), with the API of ``sbrs.runtime.Runtime``.
-
-    ``band_rows[scenario][layer]`` are band heights (e.g. ``ReductionResult.band_rows``); a scenario or layer
-    left out runs whole. ``cuts[scenario]`` partitions a scenario at those tensors (``ReductionResult.cuts``);
-    ``tiles[scenario]``: ``(layers, band_rows)`` groups run as one call per band (``sbrs.reduction.tiles``).
-    Sessions are shared between calls (and scenarios) whose ONNX models are identical.
-    ``models`` may replace ``app.models`` (e.g. for tests); ``providers`` defaults to the app's.
-    """
-
-    def __init__(self, app: App | None = None, band_rows: Mapping[str, Mapping[str, int]] | None = None, *,
-                 models: Mapping[str, CnnModel] | None = None, initial: str | None = None,
-                 providers: Sequence[str] | None = None, threads: int | None = None,
-                 cuts: Mapping[str, Sequence[str]] | None = None, tiles: Tiles | None = None) -> None:
-        if models is None:
-            if app is None:
-                raise InputError("PartsRuntime needs an app or models", field="models")
-            models = app.models
-        self._models = {s: fold_model(m) for s, m in models.items()}
-        requested = tuple(providers) if providers is not None else (
-            tuple(app.config.runtime.providers) if app is not None else ("CPUExecutionProvider",))
-        self.providers = resolve_providers(requested)
-        if self.providers[0] != "CPUExecutionProvider":
-            raise InputError("execution by parts runs on the CPU provider only (the arena's moves are numpy "
-                             "copies)", field="runtime.providers")
-        use_global_thread_pool(threads if threads is not None else (
-            app.config.runtime.threads if app is not None else None))
-        band_rows = {s: fold_bands(models[s], self._models[s], b) for s, b in (band_rows or {}).items()
-                     if s in self._models} | {s: b for s, b in (band_rows or {}).items() if s not in self._models}
-        cuts = {s: fold_cuts(models[s], self._models[s], c) if s in self._models else tuple(c)
-                for s, c in (cuts or {}).items()}
-        tiles = {s: fold_tiles(models[s], self._models[s], t) if s in self._models else t
-                 for s, t in (tiles or {}).items()}
-        self.plan = compile_parts(self._models, band_rows, cuts=cuts, tiles=tiles)
-        self._scenario = initial or (app.config.initial if app is not None else next(iter(self._models)))
-        if self._scenario not in self._models:
-            raise InputError(f"unknown scenario '{self._scenario}'", field="initial")
-        self._lock = threading.Lock()
-        self._closed = False
-        self._arena = ArenaMemory(self.plan.arena_bytes, "cpu", self.plan.alignment)
-        self._sessions: dict[str, ort.InferenceSession] = {}
-        self._steps: dict[str, list[tuple[tuple[tuple[np.ndarray, np.ndarray], ...], Any, Any]]] = {}
-        self._frame_io: dict[str, tuple[Callable[[np.ndarray], None], dict[str, Callable[[], np.ndarray]]]] = {}
-        for scenario, parts in self.plan.scenarios.items():
-            self._prepare(scenario, parts)
-
-    def _view(self, buffer: Buffer, slot: int = 0, rows: int | None = None) -> np.ndarray:
-        """Rows ``[slot, slot + rows)`` of ``buffer`` as a numpy view of the arena (rows layout, or whole)."""
-        rows = buffer.capacity - slot if rows is None else rows
-        shape = buffer.shape
-        if buffer.layout == ROWS:
-            n, c, _, w = shape
-            return self._arena.view(buffer.offset + slot * buffer.row_bytes, (rows, n, c, w), buffer.dtype)
-        return self._arena.view(buffer.offset, shape, buffer.dtype)
-
-    def _prepare(self, scenario: str, parts: ScenarioParts) -> None:
-        model = self._models[scenario]
-        buffers = {b.tensor: b for b in parts.buffers}
-        steps = []
-        frame_ref: list[np.ndarray] = [np.empty(0)]
-        for call in parts.calls:
-            if call.key == FEED:
-                t, o0, o1, slot = call.outputs[0]
-                view = self._view(buffers[t], slot, o1 - o0)
-
-                def feed(_: Any, view: np.ndarray = view, lo: int = o0, hi: int = o1) -> None:
-                    np.copyto(view, frame_ref[0][:, :, lo:hi, :].transpose(_TO_ROWS))
-
-                moves = tuple((self._view(buffers[m], dst, rows), self._view(buffers[m], src, rows))
-                              for m, src, dst, rows in call.moves)
-                steps.append((moves, feed, None))
-                continue
-            if call.key not in self._sessions:
-                self._sessions[call.key] = create_session(call_model(model, parts, call), self.providers)
-            session = self._sessions[call.key]
-            binding = session.io_binding()
-            for t, lo, hi, slot in call.inputs:
-                buffer = buffers[t]
-                view = self._view(buffer, slot, hi - lo) if buffer.layout == ROWS else self._view(buffer)
-                name = f"{t}::rows" if buffer.layout == ROWS else t
-                binding.bind_input(name, "cpu", 0, view.dtype, list(view.shape), view.ctypes.data)
-            for t, o0, o1, slot in call.outputs:
-                buffer = buffers[t]
-                view = self._view(buffer, slot, o1 - o0) if buffer.layout == ROWS else self._view(buffer)
-                name = f"{t}::rows" if buffer.layout == ROWS else t
-                binding.bind_output(name, "cpu", 0, view.dtype, list(view.shape), view.ctypes.data)
-            moves = []
-            for t, src, dst, rows in call.moves:
-                buffer = buffers[t]
-                moves.append((self._view(buffer, dst, rows), self._view(buffer, src, rows)))
-            steps.append((tuple(moves), session.run_with_iobinding, binding))
-        self._steps[scenario] = steps
-        source = buffers[parts.input]
-        frame_view = self._view(source)
-        if any(call.feed for call in parts.calls):  # streamed: the feeds read the caller's frame
-            def copy_in(array: np.ndarray) -> None:
-                frame_ref[0] = array
-        elif source.layout == ROWS:
-            def copy_in(array: np.ndarray, view: np.ndarray = frame_view) -> None:
-                np.copyto(view, array.transpose(_TO_ROWS))
-        else:
-            def copy_in(array: np.ndarray, view: np.ndarray = frame_view) -> None:
-                np.copyto(view, array)
-        copy_out: dict[str, Callable[[], np.ndarray]] = {}
-        for t in parts.outputs:
-            buffer = buffers[t]
-            view = self._view(buffer)
-            if buffer.layout == ROWS:
-                copy_out[t] = lambda view=view: np.ascontiguousarray(view.transpose(_TO_NCHW))
-            else:
-                copy_out[t] = view.copy
-        self._frame_io[scenario] = (copy_in, copy_out)
-
-    # -- the API (as sbrs.runtime.Runtime) ------------------------------------------------------------------
-
-    @property
-    def scenario(self) -> str:
-        return self._scenario
-
-    @property
-    def scenarios(self) -> tuple[str, ...]:
-        return tuple(self._models)
-
-    @property
-    def arena_bytes(self) -> int:
-        """Bytes of the one arena holding every line buffer of every scenario."""
-        return self.plan.arena_bytes
-
-    @property
-    def session_count(self) -> int:
-        return len(self._sessions)
-
-    def switch(self, scenario: str) -> None:
-        """Run the next frame on ``scenario``; an unknown name is an ``InputError`` and changes nothing."""
-        if scenario not in self._models:
-            raise InputError(f"unknown scenario '{scenario}' (scenarios: {', '.join(self._models)})", field="switch")
-        with self._lock:
-            self._scenario = scenario
-
-    def infer(self, frame: np.ndarray | Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run one frame on the current scenario by parts: output name → array (copies owned by the caller)."""
-        with self._lock:
-            if self._closed:
-                raise SbrsRuntimeError("the runtime is closed")
-            scenario = self._scenario
-            array = self._checked(scenario, frame)
-            copy_in, copy_out = self._frame_io[scenario]
-            copy_in(array)
-            copyto = np.copyto
-            for moves, run, binding in self._steps[scenario]:
-                for dst, src in moves:
-                    copyto(dst, src)
-                run(binding)
-            return {name: copy() for name, copy in copy_out.items()}
-
-    def timed_calls(self, frame: np.ndarray, repeats: int = 3, *, reduce: str = "median") -> list[float]:
-        """Median (``reduce="min"``: fastest) seconds of every call (moves included) of the current scenario
-        over ``repeats`` frames."""
-        import time
-
-        with self._lock:
-            scenario = self._scenario
-            copy_in, _ = self._frame_io[scenario]
-            steps = self._steps[scenario]
-            samples = np.zeros((repeats, len(steps)))
-            for r in range(repeats):
-                copy_in(self._checked(scenario, frame))
-                for i, (moves, run, binding) in enumerate(steps):
-                    start = time.perf_counter()
-                    for dst, src in moves:
-                        np.copyto(dst, src)
-                    run(binding)
-                    samples[r, i] = time.perf_counter() - start
-            return [float(v) for v in (np.min(samples, axis=0) if reduce == "min" else np.median(samples, axis=0))]
-
-    def _checked(self, scenario: str, frame: np.ndarray | Mapping[str, np.ndarray]) -> np.ndarray:
-        model = self._models[scenario]
-        name = model.graph_inputs[0]
-        if isinstance(frame, Mapping):
-            if set(frame) != {name}:
-                raise InputError(f"expected inputs ['{name}'], got {sorted(map(str, frame))}", field="frame")
-            frame = frame[name]
-        spec = model.tensors[name]
-        if not isinstance(frame, np.ndarray) or frame.shape != tuple(spec.shape) or frame.dtype != spec.dtype:
-            got = f"{list(frame.shape)} {frame.dtype}" if isinstance(frame, np.ndarray) else type(frame).__name__
-            raise InputError(f"input '{name}': got {got}, the input is {list(spec.shape)} {spec.dtype}",
-                             field="frame")
-        return frame
-
-    def close(self) -> None:
-        """Release sessions, bindings and the arena; later ``infer`` calls raise ``SbrsRuntimeError``."""
-        with self._lock:
-            self._closed = True
-            self._steps.clear()
-            self._frame_io.clear()
-            self._sessions.clear()
-
-    def __enter__(self) -> PartsRuntime:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return (f"PartsRuntime(scenario={self._scenario!r}, scenarios={len(self._models)}, "
-                f"sessions={len(self._sessions)}, arena_bytes={self.plan.arena_bytes})")

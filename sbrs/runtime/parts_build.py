@@ -15,9 +15,9 @@ scenario at least ``R`` times its own unreduced fps under the same cost model). 
 so they are not used.
 
 The result (chosen band heights, phases Φ of every layer, the Pareto front, the figures of the chosen
-configuration, the arena of the executor of :mod:`sbrs.runtime.parts`) is saved in the plan file
-(``AppPlan.reduction``, under the plan's checksum and app fingerprint); :func:`load_reduction` reads it back
-for :class:`~sbrs.runtime.parts.PartsRuntime`.
+configuration, the arena of the calls :mod:`sbrs.runtime.parts` compiles) is saved in the plan file
+(``AppPlan.reduction``, under the plan's checksum and app fingerprint); :func:`load_reduction` and
+:func:`load_reduction_strategy` read it back for ``sbrs.runtime.reduced.reduced_plan``.
 """
 
 from __future__ import annotations
@@ -151,7 +151,8 @@ def load_reduction(path: str | Path, app: App) -> dict[str, dict[str, int]]:
 
 def load_reduction_strategy(path: str | Path, app: App) -> dict[str, Any]:
     """The partition cuts and tile groups chosen with the band heights of :func:`load_reduction`, as
-    ``{"cuts": ..., "tiles": ...}`` keyword arguments of ``PartsRuntime``; empty for an older plan."""
+    ``{"cuts": ..., "tiles": ...}`` (the ``strategy`` of ``sbrs.runtime.reduced.reduced_plan``, keyword
+    arguments of ``compile_parts`` and ``ReducedRuntime.from_models``); empty for an older plan."""
     from sbrs.plan import load_plan
 
     reduction = load_plan(path, app).reduction or {}

@@ -4,8 +4,9 @@ The thesis measures each candidate's throughput on the platform. Running every c
 costs are measured per layer and band height once and summed (:class:`~sbrs.reduction.cost.CostModel`):
 
 - for every band height ``b`` of the candidates, every scenario runs with ``b``-row bands in *every*
-  bandable layer (``b = 0``: no processing by parts, one fused session) on a :class:`PartsRuntime`, and each
-  call is timed (median of ``repeats`` frames, the moves of its line buffers included);
+  bandable layer (``b = 0``: no processing by parts, one fused session) on the one runtime by parts
+  (``ReducedRuntime.from_models``), and each call is timed (``timed_calls``: the moves of its line buffers
+  included);
 - a call's time is split over its layers in proportion to their work (:func:`~sbrs.reduction.cost.layer_work`;
   a band call fuses a convolution with its batch norm and activation);
 - the whole-height figure of a layer comes from the ``b = 0`` run, so a configuration without processing by
@@ -38,7 +39,8 @@ from sbrs.reduction.cost import AnalyticCostModel, MeasuredCostModel, layer_key,
 from sbrs.reduction.ga import GaParams
 from sbrs.reduction.rows import is_row_local, layer_height
 from sbrs.reduction.tiles import tile_groups
-from sbrs.runtime.parts import PartsRuntime
+from sbrs.runtime.parts import ScenarioParts
+from sbrs.runtime.reduced import ReducedRuntime
 
 __all__ = ["cached_costs", "costs_path", "device_name", "measure_costs"]
 
@@ -64,6 +66,13 @@ def _frame(model: CnnModel) -> np.ndarray:
     return np.random.default_rng(0).standard_normal(spec.shape).astype(spec.dtype)
 
 
+def compiled(runtime: ReducedRuntime, scenario: str) -> ScenarioParts:
+    """The compiler's form of ``scenario``'s calls in ``runtime`` (their layers, in the order of its steps)."""
+    source = runtime.reduced.source
+    assert source is not None  # a runtime made from models keeps what it compiled
+    return source.scenarios[scenario]
+
+
 def measure_costs(models: Mapping[str, CnnModel], candidates: Sequence[int] = GaParams.candidates, *,
                   repeats: int = 5, progress: Progress | None = None) -> MeasuredCostModel:
     """Measure every layer of ``models`` whole, in bands of each candidate height and as a member of every
@@ -71,7 +80,7 @@ def measure_costs(models: Mapping[str, CnnModel], candidates: Sequence[int] = Ga
     of ``repeats`` frames, each frame interleaved with a frame of the whole model (whose figures are the
     fastest over all of them): on a shared machine the minimum is the estimate least disturbed by load."""
     bands_list = sorted({int(c) for c in candidates if int(c) > 0} | {0}, reverse=False)
-    models = {s: fold_model(m) for s, m in models.items()}  # what the GA and PartsRuntime see
+    models = {s: fold_model(m) for s, m in models.items()}  # what the GA and the runtime by parts see
     measured: list[tuple[Layer, int, float]] = []
     tiled: list[tuple[Layer, int, float]] = []
     total = len(models) * (2 * len(bands_list) - 1)
@@ -86,7 +95,7 @@ def measure_costs(models: Mapping[str, CnnModel], candidates: Sequence[int] = Ga
             configs.append(("band", band, config, []))
         for band in bands_list[1:]:
             configs.append(("tile", band, {}, [(g, band) for g in groups if layer_height(model.layer(g[-1])) > band]))
-        whole = PartsRuntime(models={scenario: model})
+        whole = ReducedRuntime.from_models({scenario: model})
         whole.infer(frame)
         whole_samples: list[list[float]] = []
         results = []
@@ -94,20 +103,20 @@ def measure_costs(models: Mapping[str, CnnModel], candidates: Sequence[int] = Ga
             if (kind == "tile" and not tiles) or (kind == "band" and band == 0):  # the whole model: below
                 done += 1
                 continue
-            with PartsRuntime(models={scenario: model}, band_rows={scenario: config},
-                              tiles={scenario: tiles}) as runtime:
+            with ReducedRuntime.from_models({scenario: model}, {scenario: config},
+                                            tiles={scenario: tiles}) as runtime:
                 runtime.infer(frame)  # warm-up
                 samples = []
                 for _ in range(repeats):  # interleaved with the whole model, so both see the same load
                     whole_samples.append(whole.timed_calls(frame, 1))
                     samples.append(runtime.timed_calls(frame, 1))
                 seconds = [float(v) for v in np.min(np.array(samples), axis=0)]
-                parts = runtime.plan.scenarios[scenario]
+                parts = compiled(runtime, scenario)
             results.append((kind, band, tiles, parts, seconds))
             done += 1
             if progress is not None:
                 progress(done, total)
-        whole_parts = whole.plan.scenarios[scenario]
+        whole_parts = compiled(whole, scenario)
         whole_seconds = [float(v) for v in np.min(np.array(whole_samples), axis=0)]
         whole.close()
         results.insert(0, ("band", 0, [], whole_parts, whole_seconds))

@@ -7,13 +7,24 @@ line 9), and the transition tables of every ordered pair of scenarios computed f
 touches (Algorithm 6 with byte hazards, as ``sbrs.runtime.transition`` does for execution units).
 :class:`ReducedRuntime` is a :class:`~sbrs.runtime.executor.Runtime` whose steps are those calls: the frame
 loop, ``infer``/``process``/``switch``, the control node, SBRS-TP transitions (Algorithm 7, the ``priority`` and
-``threads`` schedules), observers, metrics and the socket are the runtime's own, unchanged.
+``threads`` schedules), observers, metrics and the socket are the runtime's own, unchanged. It is the only
+runtime by parts: ``ReducedRuntime.from_models`` runs bare models the same way (tests, the cost table of
+``sbrs.runtime.parts_cost``, benchmarks), so every path by parts is the one the build runs.
 
 Steps and their bytes
     A step is one call: the line-buffer compactions it needs (``Call.moves``, numpy copies inside the arena)
     then one ``run_with_iobinding``. It reads the rows its inputs are bound to and the rows it moves from, and
     writes the rows its outputs are bound to and the rows it moves to. Copying the frame in belongs to step 1
     (it writes the whole input buffer), copying the outputs out to the last step (it reads them).
+
+Streamed input
+    With a band on the graph input the frame is not copied in whole: the input has a line buffer like any
+    other tensor, and *feed* steps (``BandCall.feed``, no session) copy each band's rows of the caller's frame,
+    transposed to the rows layout, into it just before the calls that read them. The frame's copy-in then only
+    takes the caller's array (no arena byte), and a feed writes the rows it copies (and moves the rows kept,
+    as any line buffer), so the transition tables order feeds against the other frame's steps like any call.
+    The feeds read the caller's array until the frame's last feed: a caller must not write into a frame's
+    array before its result is out (``process`` may fetch the next frame while one is in flight).
 
 SBRS-TP on one arena
     The scenarios' line buffers share the arena, so a transition's new call may start as soon as it touches no
@@ -28,15 +39,17 @@ SBRS-TP on one arena
 from __future__ import annotations
 
 import dataclasses
+import functools
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sbrs.errors import InputError
+from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.runtime.device import ArenaMemory, create_session, iobinding_runner
-from sbrs.runtime.executor import Runtime, runtime_options
+from sbrs.runtime.executor import Frame, Runtime, runtime_options
 from sbrs.runtime.transition import PairTable, StepAccess, TransitionPlan
 
 if TYPE_CHECKING:
@@ -46,13 +59,16 @@ if TYPE_CHECKING:
     from sbrs.app.config import AppConfig
     from sbrs.build.artifact import LoadedBuild
     from sbrs.control.events import RunObserver
-    from sbrs.runtime.parts import PartsPlan, ScenarioParts
+    from sbrs.model.cnn import CnnModel
+    from sbrs.runtime.parts import PartsPlan, ScenarioParts, Tiles
 
 __all__ = ["BandCall", "LineBuffer", "ReducedPlan", "ReducedRuntime", "ScenarioCalls", "call_file",
-           "parts_accesses", "parts_transitions", "reduced_plan"]
+           "models_config", "parts_accesses", "parts_transitions", "reduced_plan"]
 
 #: The granularity a reduced runtime reports (its steps are band calls, not execution units).
 GRANULARITY = "parts"
+#: The app name (and scenario ``model_kind``) of a runtime made from models, without an app YAML.
+MODELS_APP = "models"
 #: Layout of a buffer a band call touches: ``[H, N, C, W]``, one row contiguous (``sbrs.runtime.parts``).
 ROWS = "rows"
 #: ``[H, N, C, W]`` rows layout ↔ NCHW (``sbrs.runtime.parts``, "Storage layout").
@@ -93,13 +109,18 @@ class LineBuffer:
 class BandCall:
     """One ``run_with_iobinding`` of the session ``key`` (``parts.Call``): ``inputs``/``outputs`` are
     ``(tensor, lo, hi, slot)`` (rows ``[lo, hi)`` bound at buffer slot ``slot``), ``moves`` the line-buffer
-    compactions before it, ``(tensor, src_slot, dst_slot, rows)``."""
+    compactions before it, ``(tensor, src_slot, dst_slot, rows)``.
+
+    ``feed``: no session (``key`` names none); rows ``[lo, hi)`` of the caller's frame are copied, in the rows
+    layout, into the input's line buffer at the slot of its one output (module docstring, "Streamed input").
+    """
 
     key: str
     inputs: tuple[tuple[str, int, int, int], ...]
     outputs: tuple[tuple[str, int, int, int], ...]
     moves: tuple[tuple[str, int, int, int], ...]
     band: bool
+    feed: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,16 +137,26 @@ class ScenarioCalls:
     @classmethod
     def of(cls, parts: ScenarioParts) -> ScenarioCalls:
         return cls(parts.scenario, parts.input, tuple(parts.outputs),
-                   tuple(BandCall(c.key, tuple(c.inputs), tuple(c.outputs), tuple(c.moves), c.banded)
+                   tuple(BandCall(c.key, tuple(c.inputs), tuple(c.outputs), tuple(c.moves), c.banded, c.feed)
                          for c in parts.calls),
                    tuple(LineBuffer(b.tensor, tuple(b.shape), b.dtype, b.layout, b.capacity, b.row_bytes, b.offset)
                          for b in parts.buffers), dict(parts.band_rows))
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the frame is fed by rows (a band on the graph input) instead of copied in whole."""
+        return any(call.feed for call in self.calls)
+
+    @property
+    def sessions(self) -> int:
+        """Distinct call models (one session each) the scenario runs; feeds run none."""
+        return len({call.key for call in self.calls if not call.feed})
 
     def to_dict(self) -> dict[str, Any]:
         return {"scenario": self.scenario, "input": self.input, "outputs": list(self.outputs),
                 "band_rows": dict(self.band_rows),
                 "calls": [[c.key, [list(i) for i in c.inputs], [list(o) for o in c.outputs],
-                           [list(m) for m in c.moves], c.band] for c in self.calls],
+                           [list(m) for m in c.moves], c.band, c.feed] for c in self.calls],
                 "buffers": [[b.tensor, list(b.shape), b.dtype, b.layout, b.capacity, b.row_bytes, b.offset]
                             for b in self.buffers]}
 
@@ -135,8 +166,8 @@ class ScenarioCalls:
             return tuple((str(t), int(a), int(b), int(c)) for t, a, b, c in items)
 
         return cls(str(data["scenario"]), str(data["input"]), tuple(map(str, data["outputs"])),
-                   tuple(BandCall(str(key), rows(ins), rows(outs), rows(moves), bool(band))
-                         for key, ins, outs, moves, band in data["calls"]),
+                   tuple(BandCall(str(key), rows(ins), rows(outs), rows(moves), bool(band), bool(feed))
+                         for key, ins, outs, moves, band, feed in data["calls"]),
                    tuple(LineBuffer(str(t), tuple(map(int, shape)), str(dtype), str(layout), int(cap), int(row),
                                     int(offset)) for t, shape, dtype, layout, cap, row, offset in data["buffers"]),
                    {str(k): int(v) for k, v in data["band_rows"].items()})
@@ -170,8 +201,8 @@ class ReducedPlan:
 
     @property
     def call_keys(self) -> tuple[str, ...]:
-        """Every distinct call model (one session each), in order of first use."""
-        return tuple(dict.fromkeys(c.key for p in self.scenarios.values() for c in p.calls))
+        """Every distinct call model (one session each), in order of first use; feeds have none."""
+        return tuple(dict.fromkeys(c.key for p in self.scenarios.values() for c in p.calls if not c.feed))
 
     def to_dict(self) -> dict[str, Any]:
         return {"app": self.app, "arena_bytes": self.arena_bytes, "lower_bound_bytes": self.lower_bound_bytes,
@@ -191,7 +222,8 @@ def parts_accesses(parts: ScenarioCalls) -> tuple[StepAccess, ...]:
     """The arena bytes each call of ``parts`` touches, from its buffers' offsets (module docstring).
 
     Range names are ``scenario/tensor``; ``StepAccess.unit`` is the call's model key (calls with one key
-    share one session).
+    share one session). A feed writes the input rows it copies (its frame rows come from the caller's array,
+    outside the arena); with a streamed input step 1 does not write the whole input buffer.
     """
     buffers = {b.tensor: b for b in parts.buffers}
 
@@ -210,7 +242,7 @@ def parts_accesses(parts: ScenarioCalls) -> tuple[StepAccess, ...]:
         writes = [span(t, slot, o1 - o0) for t, o0, o1, slot in call.outputs]
         reads.extend(span(t, src, rows) for t, src, _, rows in call.moves)
         writes.extend(span(t, dst, rows) for t, _, dst, rows in call.moves)
-        if index == 0:
+        if index == 0 and not parts.streamed:
             writes.append(span(parts.input))
         if index == last:
             reads.extend(span(t) for t in parts.outputs)
@@ -252,20 +284,23 @@ def _paced(waits: Sequence[int]) -> tuple[int, ...]:
 def parts_transitions(scenarios: Mapping[str, ScenarioCalls], arena_bytes: int, app: str) -> TransitionPlan:
     """Algorithm 6 for every ordered pair o ≠ n of a parts plan, with arena-byte hazards (module docstring).
 
-    ``thesis_x`` is Algorithm 6 verbatim with "the same layer" read as "the same call model" (session).
+    ``thesis_x`` is Algorithm 6 verbatim with "the same layer" read as "the same call model" (session); a
+    feed runs no model, so it shares no layer (its bytes still count in the hazard waits).
     """
     accesses = {s: parts_accesses(p) for s, p in scenarios.items()}
     pairs: dict[str, PairTable] = {}
     for old, a in accesses.items():
         last_use: dict[str, int] = {}
-        for j, step in enumerate(a, 1):
-            last_use[step.unit] = j
+        for j, (step, call) in enumerate(zip(a, scenarios[old].calls, strict=True), 1):
+            if not call.feed:
+                last_use[step.unit] = j
         for new, b in accesses.items():
             if old == new:
                 continue
             waits = _hazard_waits(a, b)
-            pairs[f"{old}->{new}"] = PairTable(old, new, len(a), _paced(waits), waits,
-                                               _paced([last_use.get(step.unit, 0) for step in b]))
+            layers = [0 if call.feed else last_use.get(step.unit, 0)
+                      for step, call in zip(b, scenarios[new].calls, strict=True)]
+            pairs[f"{old}->{new}"] = PairTable(old, new, len(a), _paced(waits), waits, _paced(layers))
     return TransitionPlan(app, GRANULARITY, "shared", arena_bytes, pairs)
 
 
@@ -353,11 +388,6 @@ def reduced_plan(app: App, band_rows: Mapping[str, Mapping[str, int]], reduction
 
     strategy = dict(strategy or {})
     parts = compile_parts(app.models, band_rows, **strategy)
-    streamed = sorted(s for s, p in parts.scenarios.items() if any(call.feed for call in p.calls))
-    if streamed:  # the search behind `sbrs build` never bands the graph input (reduce_app: stream_input=False)
-        raise InputError(f"scenario(s) {', '.join(streamed)}: a band on the graph input (a streamed frame) runs in "
-                         f"sbrs.runtime.parts.PartsRuntime, not in the runtime of a build; give the input no band",
-                         field="band_rows")
     folded = [fold_model(model) for model in app.models.values()]
     limit = reduction.get("memory_limit_bytes")
     budget = None if limit is None else int(limit) - params_bytes(folded)
@@ -414,7 +444,7 @@ def scenario_memory_mb(plan: ReducedPlan, params: Mapping[str, int]) -> dict[str
     peaks = {}
     for scenario, parts in plan.scenarios.items():
         live = [0] * (len(parts.calls) + 1)
-        first: dict[str, int] = {parts.input: 0}
+        first: dict[str, int] = {} if parts.streamed else {parts.input: 0}
         last: dict[str, int] = {t: len(parts.calls) - 1 for t in parts.outputs}
         for index, call in enumerate(parts.calls):
             for t, *_ in (*call.inputs, *call.outputs):
@@ -427,33 +457,76 @@ def scenario_memory_mb(plan: ReducedPlan, params: Mapping[str, int]) -> dict[str
     return {s: (params[s] + peaks[s]) / 1e6 for s in plan.scenarios}
 
 
-def call_models(app: App, plan: ReducedPlan) -> dict[str, onnx.ModelProto]:
-    """key → the ONNX model of every distinct call of ``plan`` (what ``sbrs build`` writes as files)."""
+def call_models(models: Mapping[str, CnnModel], plan: ReducedPlan) -> dict[str, onnx.ModelProto]:
+    """key → the ONNX model of every distinct call of ``plan`` (what ``sbrs build`` writes as files), from the
+    scenarios' ``models`` the plan was compiled from (folded or not: they are folded here as the compiler
+    folds them; folding a folded model is cheap). Feeds have no model."""
     from sbrs.model.fold import fold_model
     from sbrs.runtime.parts import call_model
 
     if plan.source is None:
         raise ValueError("the call models of a plan read back from a build are in the build's files")
-    models: dict[str, onnx.ModelProto] = {}
+    result: dict[str, onnx.ModelProto] = {}
     for scenario, parts in plan.source.scenarios.items():
-        folded = fold_model(app.models[scenario])  # the model the calls were compiled from
+        folded = fold_model(models[scenario])  # the model the calls were compiled from
         for call in parts.calls:
-            if call.key not in models:
-                models[call.key] = call_model(folded, parts, call)
-    return models
+            if not call.feed and call.key not in result:
+                result[call.key] = call_model(folded, parts, call)
+    return result
+
+
+def models_config(models: Mapping[str, CnnModel], *, initial: str | None = None, threads: int | None = None,
+                  transition: str = "sbrs-tp") -> AppConfig:
+    """The smallest ``AppConfig`` of ``models`` run without an app YAML (``ReducedRuntime.from_models``): one
+    scenario per model, in order, no requirements of its own, no memory limit, the CPU provider, ``threads``
+    for ONNX Runtime's global thread pool. The app's one input is the models' common input (name of the
+    ``initial`` scenario's model; every model must have its shape and dtype, as an app's scenarios must)."""
+    from sbrs.app.config import (
+        AppConfig,
+        DeclaredCharacteristics,
+        InputSpec,
+        RequirementSet,
+        RuntimeOptions,
+        ScenarioConfig,
+    )
+
+    if not models:
+        raise InputError("no models to run", field="models")
+    initial = next(iter(models)) if initial is None else initial
+    if initial not in models:
+        raise InputError(f"unknown scenario '{initial}' (scenarios: {', '.join(models)})", field="initial")
+    first = models[initial]
+    spec = first.tensors[first.graph_inputs[0]]
+    for name, model in models.items():
+        other = model.tensors[model.graph_inputs[0]]
+        if len(model.graph_inputs) != 1 or (tuple(other.shape), other.dtype) != (tuple(spec.shape), spec.dtype):
+            raise InputError(f"scenario '{name}': its input is {list(other.shape)} {other.dtype} "
+                             f"({len(model.graph_inputs)} input(s)), scenario '{initial}' has one of "
+                             f"{list(spec.shape)} {spec.dtype}; the scenarios of one runtime share one input",
+                             field="models")
+    requirements = RequirementSet(1.0, 0.0, 0.0, 0.0)
+    return AppConfig(
+        name=MODELS_APP, path=f"<{MODELS_APP}>",
+        input=InputSpec(first.graph_inputs[0], tuple(spec.shape), str(spec.dtype)), adaptive=(), initial=initial,
+        scenarios=tuple(ScenarioConfig(name, f"<{MODELS_APP}>", MODELS_APP, "", requirements,
+                                       DeclaredCharacteristics()) for name in models),
+        runtime=RuntimeOptions(providers=("CPUExecutionProvider",), threads=threads, granularity="auto",
+                               transition=transition),
+        memory_limit_mb=None)
 
 
 # -- the runtime ------------------------------------------------------------------------------------------
 
 
 class ReducedRuntime(Runtime):
-    """A ``Runtime`` whose steps are the band calls of a :class:`ReducedPlan` (module docstring).
+    """A ``Runtime`` whose steps are the band calls (and feeds) of a :class:`ReducedPlan` (module docstring):
+    the one runtime that processes by parts, for an app's build, an app in memory and models alike.
 
     ``sessions`` gives each call key's model: a file path (a build; ``optimized``: ONNX Runtime's optimised
-    form for this machine) or an ONNX model (compiled in memory).
-    ``transition`` as ``Runtime``; ``transition_arena`` must be ``shared`` (the default here: shadow slots
-    would double the arena the memory limit bounds). Runs on the CPU provider (line-buffer moves are numpy
-    copies inside the arena).
+    form for this machine) or an ONNX model (compiled in memory). ``from_models`` makes one from models
+    without an app YAML. ``transition`` as ``Runtime``; ``transition_arena`` must be ``shared`` (the default
+    here: shadow slots would double the arena the memory limit bounds). Runs on the CPU provider (line-buffer
+    moves and feeds are numpy copies inside the arena).
     """
 
     execution = "parts"
@@ -484,6 +557,42 @@ class ReducedRuntime(Runtime):
         self._new_calls, self._new_copy_in, self._new_copy_out = self._calls, self._copy_in, self._copy_out
         self.node.loaded(self.facts())
 
+    @classmethod
+    def from_models(cls, models: Mapping[str, CnnModel], band_rows: Mapping[str, Mapping[str, int]] | None = None,
+                    *, cuts: Mapping[str, Sequence[str]] | None = None, tiles: Tiles | None = None,
+                    initial: str | None = None, threads: int | None = None, transition: str = "sbrs-tp",
+                    transition_schedule: str = "priority", observers: Iterable[RunObserver] = ()) -> ReducedRuntime:
+        """Scenarios given as models, without an app YAML (tests, the cost measurement, benchmarks), by parts.
+
+        ``band_rows[scenario][layer]``: band heights (a scenario or layer left out runs whole; a band on the
+        graph input streams the frame); ``cuts[scenario]``: tensors partitioning the scenario;
+        ``tiles[scenario]``: ``(layers, band_rows)`` groups run as one call per band. Their layer names may be
+        those of ``models`` as given or folded: the models are folded (conv→BN→activation one layer, as the
+        search and ``compile_parts`` see them) and the names with them (``fold_bands``, ``fold_cuts``,
+        ``fold_tiles``). ``threads``: the size of ONNX Runtime's global thread pool, if this creates it. The
+        config is ``models_config``'s (CPU provider, no memory limit, so the arena keeps no transition room).
+        """
+        from sbrs.model import naive_buffer_bytes, params_bytes
+        from sbrs.model.fold import fold_bands, fold_cuts, fold_model, fold_tiles
+        from sbrs.runtime.parts import compile_parts
+
+        config = models_config(models, initial=initial, threads=threads, transition=transition)
+        folded = {s: fold_model(m) for s, m in models.items()}
+        unknown = sorted({*(band_rows or {}), *(cuts or {}), *(tiles or {})} - set(models))
+        if unknown:
+            raise InputError(f"unknown scenario(s) {', '.join(unknown)} (scenarios: {', '.join(models)})",
+                             field="band_rows")
+        parts = compile_parts(folded, {s: fold_bands(models[s], folded[s], b) for s, b in (band_rows or {}).items()},
+                              cuts={s: fold_cuts(models[s], folded[s], c) for s, c in (cuts or {}).items()},
+                              tiles={s: fold_tiles(models[s], folded[s], t) for s, t in (tiles or {}).items()})
+        scenarios = {s: ScenarioCalls.of(p) for s, p in parts.scenarios.items()}
+        plan = ReducedPlan(MODELS_APP, scenarios, parts.arena_bytes, parts.lower_bound_bytes, parts.alignment,
+                           parts_transitions(scenarios, parts.arena_bytes, MODELS_APP), {},
+                           {"params_bytes": params_bytes(folded.values()),
+                            "naive_bytes": sum(naive_buffer_bytes(m) for m in folded.values())}, parts)
+        return cls(config, plan, call_models(folded, plan), transition=transition,
+                   transition_schedule=transition_schedule, observers=observers)
+
     # -- binding ------------------------------------------------------------------------------------------
 
     def _view(self, buffer: LineBuffer, slot: int = 0, rows: int | None = None) -> np.ndarray:
@@ -505,8 +614,25 @@ class ReducedRuntime(Runtime):
         scenario = parts.scenario
         buffers = {b.tensor: b for b in parts.buffers}
         steps: list[Callable[[], Any]] = []
+        frame: list[np.ndarray] = [np.empty(0)]  # a streamed scenario's frame: the caller's array, for its feeds
         for step, call in enumerate(parts.calls, 1):
             reads, writes = self._bindings.setdefault((scenario, step), ([], []))
+            moves = []
+            for t, src, dst, rows in call.moves:
+                source, target = self._view(buffers[t], src, rows), self._view(buffers[t], dst, rows)
+                reads.append(self._bound(scenario, t, source))
+                writes.append(self._bound(scenario, t, target))
+                moves.append((target, source))
+            if call.feed:
+                if call.inputs or [o[0] for o in call.outputs] != [parts.input] or buffers[parts.input].layout != ROWS:
+                    raise InputError(f"scenario {scenario}: step {step} is a feed that does not write rows of the "
+                                     f"input '{parts.input}' alone, in the rows layout (a damaged plan)",
+                                     field="reduced")
+                t, lo, hi, slot = call.outputs[0]
+                view = self._view(buffers[t], slot, hi - lo)
+                writes.append(self._bound(scenario, t, view))
+                steps.append(_feed_step(frame, view, lo, hi, tuple(moves)))
+                continue
             session = self._sessions[call.key]
             binding = session.io_binding()
             for t, lo, hi, slot in call.inputs:
@@ -521,21 +647,18 @@ class ReducedRuntime(Runtime):
                 name = f"{t}::rows" if buffer.layout == ROWS else t
                 binding.bind_output(name, "cpu", 0, view.dtype, list(view.shape), view.ctypes.data)
                 writes.append(self._bound(scenario, t, view))
-            moves = []
-            for t, src, dst, rows in call.moves:
-                source, target = self._view(buffers[t], src, rows), self._view(buffers[t], dst, rows)
-                reads.append(self._bound(scenario, t, source))
-                writes.append(self._bound(scenario, t, target))
-                moves.append((target, source))
             steps.append(_step(iobinding_runner(session, binding), tuple(moves)))
         self._calls[scenario] = tuple(steps)
         source = buffers[parts.input]
-        frame_view = self._view(source)
-        self._bindings[(scenario, 1)][1].append(self._bound(scenario, parts.input, frame_view))
-        if source.layout == ROWS:
-            self._copy_in[scenario] = lambda array, view=frame_view: np.copyto(view, array.transpose(TO_ROWS))
+        if parts.streamed:  # the feeds copy the frame's rows; the copy-in only hands them the caller's array
+            self._copy_in[scenario] = functools.partial(frame.__setitem__, 0)
         else:
-            self._copy_in[scenario] = lambda array, view=frame_view: np.copyto(view, array)
+            frame_view = self._view(source)
+            self._bindings[(scenario, 1)][1].append(self._bound(scenario, parts.input, frame_view))
+            if source.layout == ROWS:
+                self._copy_in[scenario] = lambda array, view=frame_view: np.copyto(view, array.transpose(TO_ROWS))
+            else:
+                self._copy_in[scenario] = lambda array, view=frame_view: np.copyto(view, array)
         outputs: dict[str, Callable[[], np.ndarray]] = {}
         for t in parts.outputs:
             view = self._view(buffers[t])
@@ -545,6 +668,31 @@ class ReducedRuntime(Runtime):
             else:
                 outputs[t] = view.copy
         self._copy_out[scenario] = outputs
+
+    def timed_calls(self, frame: Frame, repeats: int = 3, *, reduce: str = "median") -> list[float]:
+        """Seconds of every step (a call or a feed, its line-buffer moves included) of the current scenario (the
+        one the next frame runs on) over ``repeats`` frames: the median of each, or with ``reduce="min"`` the
+        fastest (what ``sbrs.runtime.parts_cost`` splits over the layers). The frame's results are not copied
+        out, and no frame is counted: this measures the steps, it delivers nothing."""
+        if reduce not in ("median", "min"):
+            raise InputError(f"unknown reduction '{reduce}' (allowed: median, min)", field="reduce")
+        arrays = self._checked_frame(frame)
+        with self._lock:
+            if self._closed:
+                raise SbrsRuntimeError("the runtime is closed")
+            scenario = self.scenario
+            steps, copy_in = self._calls[scenario], self._copy_in[scenario]
+            samples = np.zeros((repeats, len(steps)))
+            clock = time.perf_counter
+            for r in range(repeats):
+                for array in arrays.values():
+                    copy_in(array)
+                for i, step in enumerate(steps):
+                    start = clock()
+                    step()
+                    samples[r, i] = clock() - start
+        figures = np.min(samples, axis=0) if reduce == "min" else np.median(samples, axis=0)
+        return [float(v) for v in figures]
 
     # -- what it reports ----------------------------------------------------------------------------------
 
@@ -604,6 +752,21 @@ class ReducedRuntime(Runtime):
                 f"sessions={len(self._sessions)}, transition={self.node.mode!r}, arena_bytes={self.arena_bytes})")
 
 
+def _feed_step(frame: list[np.ndarray], view: np.ndarray, lo: int, hi: int,
+               moves: tuple[tuple[np.ndarray, np.ndarray], ...]) -> Callable[[], None]:
+    """One feed as a step of the engine: the input line buffer's moves, then rows ``[lo, hi)`` of the frame
+    the scenario's copy-in took (``frame[0]``, the caller's NCHW array), transposed to the rows layout, into
+    ``view`` (module docstring, "Streamed input")."""
+    copyto = np.copyto
+
+    def feed() -> None:
+        for target, source in moves:
+            copyto(target, source)
+        copyto(view, frame[0][:, :, lo:hi, :].transpose(TO_ROWS))
+
+    return feed
+
+
 def _step(run: Callable[[], Any], moves: tuple[tuple[np.ndarray, np.ndarray], ...]) -> Callable[[], Any]:
     """One call as a step of the engine: the line-buffer moves, then ``run`` (``iobinding_runner``)."""
     if not moves:
@@ -638,7 +801,7 @@ def app_reduction(app: App) -> Mapping[str, Any]:
 
 def runtime_from_app(app: App, plan: ReducedPlan, **options: Any) -> ReducedRuntime:
     """A reduced runtime compiled in memory from ``app``'s models (no build)."""
-    return ReducedRuntime(app.config, plan, call_models(app, plan), **options)
+    return ReducedRuntime(app.config, plan, call_models(app.models, plan), **options)
 
 
 def runtime_from_build(build: LoadedBuild, **options: Any) -> ReducedRuntime:

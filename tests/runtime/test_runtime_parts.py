@@ -1,9 +1,11 @@
-"""Execution by parts on ONNX Runtime (``sbrs.runtime.parts``): invariant 1 under reduction, arena safety.
+"""Execution by parts on ONNX Runtime: invariant 1 under reduction, arena safety.
 
-Every zoo CNN at a small resolution runs with the maximal reduction the planner allows (1-row bands in every
-row-local layer) and with a mixed configuration (band heights 1, 2, 4, 8 and whole, by layer), and must equal
-its own unreduced model run by ONNX Runtime (max abs diff <= 1e-5 * max(1, max |ref|)). Every example app
-runs under a reduction, every scenario, with switches. Every arena plan is checked with ``check_plan``.
+The calls ``sbrs.runtime.parts`` compiles run on the one runtime by parts (``sbrs.runtime.reduced``), made
+from models (``ReducedRuntime.from_models``) or from an example app (``reduced_plan``). Every zoo CNN at a
+small resolution runs with the maximal reduction the planner allows (1-row bands in every row-local layer)
+and with a mixed configuration (band heights 1, 2, 4, 8 and whole, by layer), and must equal its own
+unreduced model run by ONNX Runtime (max abs diff <= 1e-5 * max(1, max |ref|)). Every example app runs under
+a reduction, every scenario, with switches. Every arena plan is checked with ``check_plan``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from sbrs.model.fold import fold_model
 from sbrs.model.onnx_export import to_onnx
 from sbrs.reduction import cut_genes, maximal_bands, plan_reduction, reduction_genes
 from sbrs.reduction.tiles import tile_groups
-from sbrs.runtime.parts import PartsRuntime, call_model, compile_parts, executable_bands
+from sbrs.runtime.parts import PartsPlan, call_model, compile_parts, executable_bands
+from sbrs.runtime.reduced import ReducedRuntime, reduced_plan, runtime_from_app
 from tests.conftest import APPS, ort_session
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 
@@ -63,10 +66,11 @@ def test_zoo_by_parts_equals_unreduced(name: str, config: str) -> None:
     bands = maximal_bands(model) if config == "maximal" else mixed_bands(model)
     frame = frame_of(model)
     want = reference(model, frame)
-    with PartsRuntime(models={name: model}, band_rows={name: bands}) as runtime:
-        parts = runtime.plan.scenarios[name]
+    with ReducedRuntime.from_models({name: model}, {name: bands}) as runtime:
+        compiled = source(runtime)
+        parts = compiled.scenarios[name]
         assert parts.band_calls > 0, "nothing ran by parts"
-        assert check_plan(runtime.plan.problem, runtime.plan.arena) == []
+        assert check_plan(compiled.problem, compiled.arena) == []
         for repeat in range(2):  # the second frame reuses line buffers left by the first
             assert_equivalent(runtime.infer(frame), want, f"{name} {config} frame {repeat}")
         other = frame_of(model, 1)
@@ -93,6 +97,12 @@ def test_band_calls_fuse_conv_batchnorm_activation_and_use_pad_variants() -> Non
     rows = {b.tensor: b for b in parts.buffers}
     assert rows["features.0.2"].layout == "rows" and rows["features.0.2"].capacity < 112
     assert any(call.moves for call in parts.calls)  # sliding line buffers move their kept rows
+
+
+def source(runtime: ReducedRuntime) -> PartsPlan:
+    """What ``compile_parts`` compiled for ``runtime`` (kept in memory by a runtime not loaded from a build)."""
+    assert runtime.reduced.source is not None
+    return runtime.reduced.source
 
 
 def rows_of(parts: object) -> set[str]:
@@ -133,8 +143,8 @@ def test_example_apps_under_reduction(path, load_example) -> None:
     app = load_example(path.stem)
     references = References(app)
     bands = example_bands(dict(app.models))
-    with PartsRuntime(app, bands) as runtime:
-        assert check_plan(runtime.plan.problem, runtime.plan.arena) == []
+    with runtime_from_app(app, reduced_plan(app, bands, {})) as runtime:
+        assert check_plan(source(runtime).problem, source(runtime).arena) == []
         assert runtime.scenario == app.config.initial
         order = [*runtime.scenarios, app.config.initial]
         for index, scenario in enumerate(order):  # every scenario, switching between frames
@@ -145,7 +155,7 @@ def test_example_apps_under_reduction(path, load_example) -> None:
 
 def test_api_errors_leave_the_runtime_usable() -> None:
     model = zoo_model("squeezenet1_1")
-    runtime = PartsRuntime(models={"sq": model}, band_rows={"sq": maximal_bands(model)})
+    runtime = ReducedRuntime.from_models({"sq": model}, {"sq": maximal_bands(model)})
     frame = frame_of(model)
     with pytest.raises(InputError):
         runtime.switch("nope")
@@ -156,9 +166,32 @@ def test_api_errors_leave_the_runtime_usable() -> None:
     assert_equivalent(runtime.infer({model.graph_inputs[0]: frame}), reference(model, frame), "after errors")
     with pytest.raises(InputError):
         compile_parts({"sq": model}, {"other": {}})
+    with pytest.raises(InputError, match="other"):
+        ReducedRuntime.from_models({"sq": model}, cuts={"other": ()})
+    with pytest.raises(InputError, match="initial"):
+        ReducedRuntime.from_models({"sq": model}, initial="other")
+    with pytest.raises(InputError, match="share one input"):  # as an app's scenarios, they share its input
+        ReducedRuntime.from_models({"sq": model, "cifar": zoo_model("cifar_resnet")})
     runtime.close()
     with pytest.raises(SbrsRuntimeError):
         runtime.infer(frame)
+
+
+def test_timed_calls_time_every_step_feeds_included_and_change_nothing() -> None:
+    """What the cost table (``sbrs.runtime.parts_cost``) splits over the layers: one figure per step."""
+    model = zoo_model("squeezenet1_1")
+    frame = frame_of(model)
+    with ReducedRuntime.from_models({"sq": model}, {"sq": maximal_bands(model, stream_input=True)}) as runtime:
+        calls = runtime.reduced.scenarios["sq"].calls
+        seconds = runtime.timed_calls(frame, 2, reduce="min")
+        assert len(seconds) == len(calls) and all(s > 0 for s in seconds)
+        assert any(call.feed for call in calls)  # the frame streamed: its feeds are steps too
+        assert len(runtime.timed_calls(frame, 1)) == len(calls)
+        with pytest.raises(InputError):
+            runtime.timed_calls(frame, reduce="mean")
+        with pytest.raises(InputError):
+            runtime.timed_calls(frame[:, :, :10])
+        assert_equivalent(runtime.infer(frame), reference(model, frame), "after timing")
 
 
 @pytest.mark.parametrize("name", ["mobilenet_v2", "resnet18", "efficientnet_b0"])
@@ -172,12 +205,13 @@ def test_partitions_and_a_streamed_input_keep_outputs_and_lower_the_arena(name: 
     assert cuts[name]
     frame = frame_of(model)
     want = reference(model, frame)
-    with PartsRuntime(models={name: model}, band_rows={name: bands}) as plain, \
-            PartsRuntime(models={name: model}, band_rows={name: bands}, cuts=cuts) as cut:
-        parts = cut.plan.scenarios[name]
+    with ReducedRuntime.from_models({name: model}, {name: bands}) as plain, \
+            ReducedRuntime.from_models({name: model}, {name: bands}, cuts=cuts) as cut:
+        parts = source(cut).scenarios[name]
         assert any(call.feed for call in parts.calls) and parts.buffer(model.graph_inputs[0]).capacity < 64
-        assert check_plan(cut.plan.problem, cut.plan.arena) == []
-        assert cut.arena_bytes == cut.plan.lower_bound_bytes
+        assert cut.reduced.scenarios[name].streamed
+        assert check_plan(source(cut).problem, source(cut).arena) == []
+        assert cut.arena_bytes == cut.reduced.lower_bound_bytes
         if name == "mobilenet_v2":  # cuts pay where the CNN narrows; elsewhere the search leaves them out
             assert cut.arena_bytes < plain.arena_bytes
         for runtime in (plain, cut):
@@ -199,9 +233,9 @@ def test_tiled_groups_recompute_halos_and_equal_unreduced(name: str, band: int) 
     bands = {model.layers[0].name: 2}  # the frame streamed two rows at a time
     frame = frame_of(model)
     want = reference(model, frame)
-    with PartsRuntime(models={name: model}, band_rows={name: bands}, tiles=tiles) as runtime:
-        parts = runtime.plan.scenarios[name]
-        assert check_plan(runtime.plan.problem, runtime.plan.arena) == []
+    with ReducedRuntime.from_models({name: model}, {name: bands}, tiles=tiles) as runtime:
+        parts = source(runtime).scenarios[name]
+        assert check_plan(source(runtime).problem, source(runtime).arena) == []
         internal = {model.layer(n).outputs[0] for g in groups for n in g[:-1]}
         assert not internal & {b.tensor for b in parts.buffers}
         tiled = [call for call in parts.calls if len(call.layers) > 1 and call.layers in {tuple(g) for g in groups}]

@@ -12,9 +12,9 @@ from sbrs.cli import main
 from sbrs.model import CnnModel
 from sbrs.model.fold import fold_model
 from sbrs.reduction import GaParams, MeasuredCostModel, layer_height, reduce_buffers
-from sbrs.runtime.parts import PartsRuntime
 from sbrs.runtime.parts_build import load_reduction, load_reduction_strategy
 from sbrs.runtime.parts_cost import cached_costs, costs_path, measure_costs
+from sbrs.runtime.reduced import ReducedRuntime, reduced_plan, runtime_from_app
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,7 +63,7 @@ def test_tight_limit_chooses_a_reduction_and_saves_it(load_example, tmp_path: Pa
     assert {s: list(c) for s, c in strategy["cuts"].items()} == reduction["cuts"]
     assert {s: [[list(g), b] for g, b in t] for s, t in strategy["tiles"].items()} == reduction["tiles"]
     references = References(app)  # spot check: the chosen configuration, run for real, equals the models
-    with PartsRuntime(app, bands, **strategy) as runtime:
+    with runtime_from_app(app, reduced_plan(app, bands, {}, strategy)) as runtime:
         assert runtime.arena_bytes == reduction["figures"]["executor_arena_bytes"]
         for scenario in runtime.scenarios:
             runtime.switch(scenario)
@@ -119,6 +119,6 @@ def test_measured_costs_are_cached_and_drive_the_search(load_example) -> None:
     assert result.feasible
     frame = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
     references = References(app)
-    with PartsRuntime(models=models, band_rows=result.band_rows, cuts=result.cuts, tiles=result.tiles) as runtime:
+    with ReducedRuntime.from_models(models, result.band_rows, cuts=result.cuts, tiles=result.tiles) as runtime:
         assert_equivalent(runtime.infer(frame), references.outputs("full", frame), "GA choice")
     assert measure_costs(models, (0, 4), repeats=1).entries  # a direct measurement works too

@@ -1,6 +1,8 @@
 """Processing by parts inside the one runtime (``sbrs.runtime.reduced``): an app with ``memory_limit_mb`` runs
 band calls behind the ``Runtime`` API, within its limit, with outputs equal to ONNX Runtime on each scenario's
-own model (invariant 1), in steady state and on both frames around every switch, under SBRS-TP and naive.
+own model (invariant 1), in steady state and on both frames around every switch, under SBRS-TP and naive;
+with the frame streamed too (a band on the graph input: feeds copy its rows into a line buffer), in memory and
+from a build.
 
 The app is tests/data/limited/limited.yaml (two zoo CIFAR ResNet-14 scenarios, 0.87 MB limit against 0.89 MB
 unreduced), built once per module with a small search (``sbrs build --generations 6 --population 12``).
@@ -9,18 +11,19 @@ unreduced), built once per module with a small search (``sbrs build --generation
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from sbrs.app import App, load_app
 from sbrs.cli import main
-from sbrs.errors import InputError
 from sbrs.runtime.executor import Runtime
 from sbrs.runtime.reduced import ReducedRuntime, parts_accesses, reduced_plan, runtime_from_app, strategy_of
-from sbrs.runtime.transition import check_schedule, hazard_waits
+from sbrs.runtime.transition import StepAccess, check_schedule, hazard_waits
+from tests.conftest import modules_a_run_loads
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 
 LIMITED = Path(__file__).resolve().parents[1] / "data" / "limited" / "limited.yaml"
@@ -213,9 +216,124 @@ def test_switches_from_three_threads_never_lose_a_frame(app: App, refs: Referenc
                                   f"{transition}/{schedule}/{order} frame {result.index} on {result.scenario}")
 
 
-def test_a_band_on_the_graph_input_is_refused_with_a_reason(app: App) -> None:
-    """Streamed input (a band on the graph input) is PartsRuntime's; the runtime of a build says so."""
-    model = app.models["full"]
-    first = next(layer.name for layer in model.layers if layer.op == "Input")
-    with pytest.raises(InputError, match="streamed frame"):
-        reduced_plan(app, {"full": {first: 4}}, {"memory_limit_bytes": 2_000_000})
+# -- streamed input: a band on the graph input, the frame fed into a line buffer by rows ----------------------
+
+
+def streamed_bands(app: App, chosen: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """The band heights the build chose plus 4-row bands on every scenario's graph input and on the layer
+    reading it, so that the input's line buffer holds a few rows instead of the frame."""
+    bands = {}
+    for scenario, model in app.models.items():
+        source = next(layer.name for layer in model.layers if layer.op == "Input")
+        stem = next(layer.name for layer in model.layers if model.graph_inputs[0] in layer.inputs)
+        bands[scenario] = {**chosen["band_rows"].get(scenario, {}), source: 4, stem: 4}
+    return bands
+
+
+@pytest.fixture(scope="module", params=[870_000, 2_000_000], ids=["at-the-limit", "roomy"])
+def streamed(request: pytest.FixtureRequest, app: App, runtime: ReducedRuntime) -> ReducedRuntime:
+    """The build's choice with the frame streamed, under the app's own limit (no room: switches wait for the
+    old frame's feeds and calls on shared bytes) and under 2 MB (room for transitions to overlap)."""
+    chosen = runtime.reduced.reduction
+    plan = reduced_plan(app, streamed_bands(app, chosen), {"memory_limit_bytes": request.param}, strategy_of(chosen))
+    return runtime_from_app(app, plan)
+
+
+def test_a_streamed_input_runs_by_rows_equal_to_onnx_runtime(streamed: ReducedRuntime, app: App,
+                                                             refs: References) -> None:
+    report = streamed.memory_report()
+    limit = streamed.reduced.memory_limit_bytes  # the limit the plan was compiled for
+    assert limit is not None and report["total_bytes"] <= limit, report
+    for scenario, parts in streamed.reduced.scenarios.items():
+        assert parts.streamed and sum(call.feed for call in parts.calls) == 8  # 32 rows in 4-row bands
+        buffer = next(b for b in parts.buffers if b.tensor == parts.input)
+        assert buffer.layout == "rows" and buffer.capacity < 32, buffer  # a line buffer, not the frame
+        first_write = streamed.bound_accesses()[scenario][0].writes  # the copy-in writes no arena byte
+        assert [r[2] - r[1] for r in first_write] == [4 * buffer.row_bytes]  # step 1 feeds rows 0-3 only
+    for scenario in streamed.scenarios:
+        streamed.switch(scenario)
+        for seed in (1, 2):  # the second frame slides the input's line buffer again over the first one's rows
+            frame = random_frame(app, seed)
+            assert_equivalent(streamed.infer(frame), refs.outputs(scenario, frame), f"streamed {scenario} {seed}")
+
+
+def test_feeds_are_in_the_tables_and_keep_switches_safe(streamed: ReducedRuntime) -> None:
+    plan = streamed.reduced
+    bound = streamed.bound_accesses()
+    planned = {s: parts_accesses(p) for s, p in plan.scenarios.items()}
+    for scenario, steps in planned.items():
+        calls = plan.scenarios[scenario].calls
+        for got, want, call in zip(bound[scenario], steps, calls, strict=True):
+            assert {r[1:] for r in got.reads} == {r[1:] for r in want.reads}
+            assert {r[1:] for r in got.writes} == {r[1:] for r in want.writes}
+            if call.feed:  # a feed writes the rows it copies into the input's line buffer
+                assert want.writes and {r[0] for r in want.writes} == {f"{scenario}/{plan.scenarios[scenario].input}"}
+    for table in plan.transitions.pairs.values():
+        assert table.wait == hazard_waits(planned[table.old], planned[table.new])
+    waits = {key: table.wait for key, table in plan.transitions.pairs.items()}
+    assert check_schedule(bound, waits, limit=1) == []
+    # the feeds' writes matter: tables computed as if feeds wrote nothing let a new frame's feed overwrite
+    # input rows an old call still reads wherever the scenarios' input buffers share bytes (no room)
+    blind = {s: tuple(StepAccess(a.unit, a.reads, () if c.feed else a.writes)
+                      for a, c in zip(steps, plan.scenarios[s].calls, strict=True)) for s, steps in planned.items()}
+    unsafe = check_schedule(bound, {key: hazard_waits(blind[t.old], blind[t.new])
+                                    for key, t in plan.transitions.pairs.items()}, limit=1)
+    if plan.reduction["transition_cut"] is None:
+        assert unsafe and "feed" in unsafe[0].detail, unsafe
+    else:
+        assert all(t.wait[0] < t.old_steps for t in plan.transitions.pairs.values())  # room: transitions overlap
+
+
+@pytest.mark.parametrize("schedule", ["priority", "threads"])
+def test_sbrs_tp_switch_at_every_step_with_a_streamed_input(streamed: ReducedRuntime, app: App, refs: References,
+                                                           schedule: str) -> None:
+    runtime = streamed
+    frames = (random_frame(app, 3), random_frame(app, 4))
+    want = {(s, k): refs.outputs(s, frame) for s in runtime.scenarios for k, frame in enumerate(frames)}
+    runtime.transition_schedule = schedule
+    try:
+        for old in runtime.scenarios:
+            for new in runtime.scenarios:
+                if old == new:
+                    continue
+                for step in range(1, len(runtime.reduced.scenarios[old].calls) + 1):
+                    runtime.switch(old)
+                    runtime.infer(frames[1])  # leaves the other frame's rows in the old input buffer
+                    results = sorted(runtime._process(frames, inject=(step, new)), key=lambda r: r.index)
+                    assert [r.scenario for r in results] == [old, new]
+                    assert results[1].switch is not None and results[1].switch.mode == "sbrs-tp"
+                    for result in results:
+                        assert_equivalent(result.outputs, want[(result.scenario, result.index)],
+                                          f"streamed {old}->{new} SSR at step {step} ({schedule})")
+    finally:
+        runtime.transition_schedule = "priority"
+
+
+def test_a_build_with_a_streamed_input_loads_and_runs(app: App, runtime: ReducedRuntime, refs: References,
+                                                      tmp_path: Path) -> None:
+    """``sbrs build`` writes what ``reduced_plan`` compiles, feeds included; ``sbrs run`` and ``app.runtime()``
+    load it (its feeds from the manifest, no session for them) and run it equal to ONNX Runtime."""
+    from sbrs.build.artifact import load_build, runtime_of_build
+    from sbrs.build.compile import compile_app
+
+    path = tmp_path / "limited.yaml"  # a copy: its build is the streamed one
+    shutil.copy(app.config.path, path)
+    copy = load_app(path)
+    chosen = runtime.reduced.reduction
+    bands = streamed_bands(copy, chosen)
+    manifest = compile_app(copy, reduction={**chosen, "early_exit": False, "band_rows": bands, "pareto": []})
+    want = reduced_plan(copy, bands, {"memory_limit_bytes": 870_000}, strategy_of(chosen))
+    build = load_build(path)
+    assert build.reduced is not None and dict(build.reduced.scenarios) == dict(want.scenarios)
+    assert build.reduced.transitions == want.transitions
+    assert all(p.streamed for p in build.reduced.scenarios.values())
+    assert not any(name.startswith("cfeed") for name in manifest["files"])  # a feed has no model file
+    with runtime_of_build(build) as loaded:
+        assert isinstance(loaded, ReducedRuntime) and loaded.memory_report()["within_limit"]
+        frames = [random_frame(copy, seed) for seed in (5, 6, 7)]
+        loaded.switch("full")
+        results = list(loaded._process(frames, inject=(3, "skip")))
+        assert [r.scenario for r in results] == ["full", "skip", "skip"]
+        for result in results:
+            assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]), "streamed build")
+    assert modules_a_run_loads(path) == []  # `sbrs run` runs it, importing neither onnx nor the compiler
