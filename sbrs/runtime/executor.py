@@ -206,6 +206,7 @@ class Runtime:
         self._new_calls, self._new_copy_in, self._new_copy_out = self._calls, self._copy_in, self._copy_out
         if shadow is not None:
             self._bind_shadow(shadow, config.input.name)
+        self._copy_outs_apart = self._pairs_apart_from_copy_out()
         self.node.loaded(self.facts())
 
     def _start(self, config: AppConfig, mode: str, transition_schedule: str,
@@ -233,6 +234,7 @@ class Runtime:
         self._calls: dict[str, tuple[Callable[[], Any], ...]] = {}
         self._copy_in: dict[str, Callable[[np.ndarray], None]] = {}
         self._copy_out: dict[str, dict[str, Callable[[], np.ndarray]]] = {}
+        self._copy_outs_apart: frozenset[tuple[str, str]] = frozenset()  # _pairs_apart_from_copy_out
 
     # -- building ---------------------------------------------------------------------------------------
 
@@ -305,6 +307,23 @@ class Runtime:
                 self._copy_in[scenario] = self._device_copy(tensor.id, to_device=True)
                 self._copy_out[scenario] = {name: self._device_copy(tensor_id, to_device=False)
                                             for name, tensor_id in self.plan.outputs[scenario].items()}
+
+    def _pairs_apart_from_copy_out(self) -> frozenset[tuple[str, str]]:
+        """Ordered pairs (o, n) whose transition's new frame writes no byte that the copy-out of o's outputs
+        reads (from the bindings really made). For those, a request seen after o's last step lets the new
+        frame run before that copy-out, so its result reaches the caller first (``_start_transition``), also
+        when a frame is one step. Unknown (outputs not plain arena views, a device arena): not apart."""
+        reads: dict[str, list[tuple[int, int]]] = {}
+        for scenario, copies in self._copy_out.items():
+            views = [getattr(copy, "__self__", None) for copy in copies.values()]
+            if self.device != "cpu" or not all(isinstance(view, np.ndarray) for view in views):
+                continue
+            starts = [int(view.ctypes.data) - self._arena.base for view in views]  # type: ignore[union-attr]
+            reads[scenario] = [(start, start + view.nbytes) for start, view in zip(starts, views, strict=True)]
+        writes = {scenario: [(start, end) for step in steps for _, start, end in step.writes]
+                  for scenario, steps in self.bound_accesses(new_frame=True).items()}
+        return frozenset((old, new) for old, ranges in reads.items() for new in writes if new != old
+                         and not any(a < d and c < b for a, b in ranges for c, d in writes[new]))
 
     def _device_copy(self, tensor_id: str, *, to_device: bool) -> Callable[..., Any]:
         """GPU arena only (untested here): an Identity session copying between a host buffer and a slot."""
@@ -560,7 +579,8 @@ class Runtime:
         def helps(request: SwitchRequest) -> bool:
             table = self.transitions.table(old, request.scenario)
             if step == table.old_steps:  # the old frame is computed but not copied out: the new one may go first
-                return not table.wait or max(table.wait) < step  # if no new step touches what the copy-out reads
+                return ((old, request.scenario) in self._copy_outs_apart  # if it writes nothing the copy-out reads
+                        or not table.wait or max(table.wait) < step)
             return not table.wait or max(table.wait[0], step) < table.old_steps
 
         pending = self.node.pending
@@ -688,7 +708,8 @@ class _Transition:
         self.arrays = arrays
         self.overlapped = 0
         self._done = ssr_step  # old steps finished
-        self._condition = threading.Condition()
+        # the ``threads`` schedule's: made there, as each object made here delays the new frame's first step
+        self._condition: threading.Condition | None = None
         self._old_calls = runtime._calls[old]
         self._old_index, self._old_begin, self._old_request, self._previous = 0, 0.0, None, old
 
@@ -702,6 +723,7 @@ class _Transition:
         after the first result, the old frame still finishes (its result is dropped with the generator)."""
         finish_old: Callable[[], FrameResult]
         if self.runtime.transition_schedule == "threads":
+            self._condition = threading.Condition()
             future = self.runtime._transition_worker().submit(self._old_rest)
             try:
                 new_result = self._new_frame_threaded()
@@ -784,9 +806,12 @@ class _Transition:
         return FrameResult(self._old_index + 1, self.new, outputs, end - begin, record)
 
     def _old_done(self, step: int) -> None:
-        with self._condition:
+        if self._condition is None:  # priority: one thread
             self._done = step
-            self._condition.notify_all()
+        else:
+            with self._condition:
+                self._done = step
+                self._condition.notify_all()
         self.runtime.node.step_done(step, 0)
 
     def _new_frame_threaded(self) -> FrameResult:
@@ -795,6 +820,7 @@ class _Transition:
         begin = time.perf_counter()
         for step, (call, wait) in enumerate(zip(runtime._new_calls[new], self.table.wait, strict=True), 1):
             if self._done < wait:
+                assert self._condition is not None
                 with self._condition:
                     while self._done < wait:
                         self._condition.wait()

@@ -314,8 +314,9 @@ def plan_shadow(plan: UnitPlan) -> tuple[UnitPlan, dict[str, int]]:
     new frame of a transition is bound to the shadows (its own IOBindings, the same sessions), later frames
     to the normal slots. The arena problem gets, per scenario n, a timeline ``n~`` with the shadows' lives as
     on n, and per ordered pair o → n a timeline ``o->n:old`` with the lives of the tensors old steps 2..|φ^o|
-    touch; ``{o->n:old, n~}`` is a concurrent set (the thesis' J, Algorithm 8 lines 9-11), so no shadow of n
-    shares a byte with an old tensor still to be touched after an SSR at old step 1 or later. Shadows may
+    touch and of o's outputs (read by the copy-out after step |φ^o|); ``{o->n:old, n~}`` is a concurrent
+    set (the thesis' J, Algorithm 8 lines 9-11), so no shadow of n shares a byte with an old tensor still to
+    be touched after an SSR at old step 1 or later. Shadows may
     share bytes with n's own normal tensors (never live at once) and with each other as on n.
 
     Returns the plan with the new offsets and arena size, and the shadow offsets. Cost: measured by
@@ -342,6 +343,12 @@ def plan_shadow(plan: UnitPlan) -> tuple[UnitPlan, dict[str, int]]:
             concurrent.add(frozenset({old_timeline, f"{new}~"}))
             for tensor, (first, last) in _tensor_times(accesses[old][1:], lambda k: k + 1).items():
                 extra.setdefault(tensor, []).append(Live(old_timeline, first, last))
+            # The old outputs until their copy-out, which follows the last old step: a request seen after that
+            # step lets the new frame run before it (``Runtime._start_transition``), also when the old frame
+            # is one step. A time after every other life on this timeline: they need not move apart.
+            after = len(accesses[old])
+            for tensor in dict.fromkeys(plan.outputs[old].values()):
+                extra.setdefault(tensor, []).append(Live(old_timeline, after, after))
     blocks = [Block(b.id, b.size, (*b.lives, *extra.get(b.id, ()))) for b in base.blocks]
     blocks.extend(Block(f"~{b.id}", b.size, tuple(shadow_lives[b.id])) for b in base.blocks)
     problem = Problem(tuple(blocks), frozenset(concurrent), base.alignment)
