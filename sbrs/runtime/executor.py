@@ -206,7 +206,7 @@ class Runtime:
         self._new_calls, self._new_copy_in, self._new_copy_out = self._calls, self._copy_in, self._copy_out
         if shadow is not None:
             self._bind_shadow(shadow, config.input.name)
-        self._copy_outs_apart = self._pairs_apart_from_copy_out()
+        self._transition_starts = self._transition_start_table()
         self.node.loaded(self.facts())
 
     def _start(self, config: AppConfig, mode: str, transition_schedule: str,
@@ -234,7 +234,7 @@ class Runtime:
         self._calls: dict[str, tuple[Callable[[], Any], ...]] = {}
         self._copy_in: dict[str, Callable[[np.ndarray], None]] = {}
         self._copy_out: dict[str, dict[str, Callable[[], np.ndarray]]] = {}
-        self._copy_outs_apart: frozenset[tuple[str, str]] = frozenset()  # _pairs_apart_from_copy_out
+        self._transition_starts: dict[tuple[str, str], tuple[bool, bool]] = {}  # _transition_start_table
 
     # -- building ---------------------------------------------------------------------------------------
 
@@ -572,19 +572,19 @@ class Runtime:
         """The transition old → pending scenario after old step ``step`` (Algorithm 7), if it can help.
 
         It helps when new step 1 need not wait for the whole old frame (else the frame boundary does the
-        same). The request is taken atomically with that test (``ControlNode.take``): another thread may
-        replace the pending request while this waits for the next frame.
+        same), or, after the last old step, when the new frame writes nothing the old copy-out reads
+        (``_transition_starts``). The request is taken atomically with that test (``ControlNode.take``):
+        another thread may replace the pending request while this waits for the next frame.
         """
+        starts = self._transition_starts
+        at_last = step == len(self._calls[old])
 
         def helps(request: SwitchRequest) -> bool:
-            table = self.transitions.table(old, request.scenario)
-            if step == table.old_steps:  # the old frame is computed but not copied out: the new one may go first
-                return ((old, request.scenario) in self._copy_outs_apart  # if it writes nothing the copy-out reads
-                        or not table.wait or max(table.wait) < step)
-            return not table.wait or max(table.wait[0], step) < table.old_steps
+            ok = starts.get((old, request.scenario))
+            return ok is not None and ok[at_last]
 
         pending = self.node.pending
-        if pending is None or pending.scenario == old or not helps(pending):
+        if pending is None or not helps(pending):
             return None
         arrays = lookahead.peek()
         if arrays is None:
@@ -594,6 +594,23 @@ class Runtime:
             return None
         lookahead.take()
         return _Transition(self, request, old, self.transitions.table(old, request.scenario), step, arrays)
+
+    def _transition_start_table(self) -> dict[tuple[str, str], tuple[bool, bool]]:
+        """(o, n) → (whether a transition helps after an old step before the last, after the last one), from
+        the tables and the bindings, once at load (the test sits in a switch's critical path).
+
+        Before the last step: new step 1 need not wait for the whole old frame (``wait_1 < |φ^o|``). After
+        it: the old frame is computed but not copied out, and the new frame may go first when it writes
+        nothing that copy-out reads (``_pairs_apart_from_copy_out``, or no new step waits for the old frame
+        at all).
+        """
+        apart = self._pairs_apart_from_copy_out()
+        starts: dict[tuple[str, str], tuple[bool, bool]] = {}
+        for table in self.transitions.pairs.values():
+            waits, last = table.wait, table.old_steps
+            starts[(table.old, table.new)] = (not waits or waits[0] < last,
+                                              (table.old, table.new) in apart or not waits or max(waits) < last)
+        return starts
 
     def _transition_worker(self) -> ThreadPoolExecutor:
         if self._worker is None:

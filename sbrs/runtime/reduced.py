@@ -555,7 +555,7 @@ class ReducedRuntime(Runtime):
         for parts in plan.scenarios.values():
             self._bind_scenario(parts)
         self._new_calls, self._new_copy_in, self._new_copy_out = self._calls, self._copy_in, self._copy_out
-        self._copy_outs_apart = self._pairs_apart_from_copy_out()
+        self._transition_starts = self._transition_start_table()
         self.node.loaded(self.facts())
 
     @classmethod
