@@ -15,8 +15,9 @@
     needs processing by parts (``sbrs.runtime.reduced``);
 ``weights.bin``
     every distinct weight tensor once (deduplicated by content, 4 KiB-aligned), shared by all unit files.
-``<name>.opt.onnx`` and ``<name>.opt.onnx.bin`` (beside each model file above, CPU apps)
-    ONNX Runtime's fully optimised form of that model with its own (reordered) weights, valid only on the
+``<name>.opt.onnx`` (beside each model file above, CPU apps) and ``weights.opt.bin``
+    ONNX Runtime's fully optimised form of that model, its (reordered) weights in the one shared file (each
+    distinct tensor once), valid only on the
     machine and onnxruntime version it was made with (``optimized_for``, ``sbrs.runtime.device.machine_key``).
     Where they match, the runtime loads these without optimising again (a start several times faster);
     elsewhere it loads the portable files above and optimises them as it loads them.
@@ -59,6 +60,8 @@ MANIFEST = "manifest.json"
 WEIGHTS = "weights.bin"
 #: The file name ending of ONNX Runtime's optimised form of a model file of the build (``<stem>`` + this).
 OPTIMIZED_SUFFIX = ".opt.onnx"
+#: The weights of every optimised model file, each distinct tensor once.
+OPTIMIZED_WEIGHTS = "weights.opt.bin"
 
 
 def build_dir(app_path: str | Path) -> Path:

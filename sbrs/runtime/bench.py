@@ -118,7 +118,13 @@ library = ctypes.util.find_library("c")
 if library and sys.platform.startswith("linux"):
     ctypes.CDLL(library).malloc_trim(0)
 status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
-print(json.dumps({"rss": int(status["VmRSS"].split()[0]) * 1024, "peak": int(status["VmHWM"].split()[0]) * 1024}))
+rss = int(status["VmRSS"].split()[0]) * 1024
+try:  # a page several mappings share counts once (weights mapped by several sessions), not once per mapping
+    rollup = dict(line.split(":", 1) for line in open("/proc/self/smaps_rollup") if ":" in line)
+    pss = int(rollup["Pss"].split()[0]) * 1024
+except (OSError, KeyError):
+    pss = rss
+print(json.dumps({"rss": rss, "peak": int(status["VmHWM"].split()[0]) * 1024, "pss": pss}))
 """
 
 
@@ -152,7 +158,13 @@ for scenario in runtime.scenarios:
 gc.collect()
 release_free_memory()  # as the ORT probe hands its freed memory back
 status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
-print(json.dumps({"rss": int(status["VmRSS"].split()[0]) * 1024, "peak": int(status["VmHWM"].split()[0]) * 1024}))
+rss = int(status["VmRSS"].split()[0]) * 1024
+try:  # a page several mappings share counts once (weights mapped by several sessions), not once per mapping
+    rollup = dict(line.split(":", 1) for line in open("/proc/self/smaps_rollup") if ":" in line)
+    pss = int(rollup["Pss"].split()[0]) * 1024
+except (OSError, KeyError):
+    pss = rss
+print(json.dumps({"rss": rss, "peak": int(status["VmHWM"].split()[0]) * 1024, "pss": pss}))
 """
 
 
@@ -173,7 +185,9 @@ def measure_memory(app_path: str, *, granularity: str | None) -> dict[str, Any]:
 
     Figures are resident set sizes above a bare interpreter with only numpy and onnxruntime imported (the
     ``baseline``; sbrs' own imports count against sbrs): ``rss`` after loading and running every scenario
-    (steady), ``peak`` the high-water mark (loading and switching). ``ort``: every scenario's ONNX file as its
+    (steady), ``peak`` the high-water mark (loading and switching), ``pss`` the steady proportional set size
+    (a page mapped several times, e.g. weights several sessions map from one file, counts once; RSS counts
+    it once per mapping). ``ort``: every scenario's ONNX file as its
     own session, all loaded; ``ort_active``: only the largest scenario loaded (what an app that loads the
     active scenario on each switch holds at most).
     """
@@ -190,7 +204,8 @@ def measure_memory(app_path: str, *, granularity: str | None) -> dict[str, Any]:
     models = [str(Path(s.model_path).resolve()) for s in config.scenarios]
     common = {"providers": list(providers), "threads": config.runtime.threads or _cpu_count(),
               "shape": list(config.input.shape), "dtype": config.input.dtype}
-    baseline = _child("idle", {})["rss"]
+    idle = _child("idle", {})
+    baseline = idle["rss"]
     sbrs = _child("sbrs", {"app": str(Path(app_path).resolve())})
     ort_all = _child("ort", {"models": models, **common})
     ort_active = _child("ort", {"models": [max(models, key=lambda path: Path(path).stat().st_size)], **common})
@@ -202,6 +217,7 @@ def measure_memory(app_path: str, *, granularity: str | None) -> dict[str, Any]:
     for name, probe in (("", sbrs), ("ort_", ort_all), ("ort_active_", ort_active)):
         report[f"{name}rss_bytes"] = above(probe, "rss")
         report[f"{name}peak_rss_bytes"] = above(probe, "peak")
+        report[f"{name}pss_bytes"] = probe["pss"] - idle["pss"]
     for name in ("ort", "ort_active"):
         for kind in ("rss", "peak_rss"):
             theirs = report[f"{name}_{kind}_bytes"]
@@ -240,12 +256,15 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"process memory, measured: RSS above a bare interpreter with numpy and onnxruntime imported "
                      f"({report['baseline_rss_bytes'] / 1e6:.1f} MB), fresh processes; steady after running every "
                      f"scenario, peak over loading and switching")
-        lines.append(f"{'':<34} {'steady MB':>10} {'peak MB':>10} {'sbrs/it steady':>15} {'sbrs/it peak':>13}")
-        lines.append(f"{'sbrs':<34} {report['rss_bytes'] / 1e6:>10.1f} {report['peak_rss_bytes'] / 1e6:>10.1f}")
+        lines.append(f"{'':<34} {'steady MB':>10} {'peak MB':>10} {'sbrs/it steady':>15} {'sbrs/it peak':>13} "
+                     f"{'steady PSS MB':>14}")
+        lines.append(f"{'sbrs':<34} {report['rss_bytes'] / 1e6:>10.1f} {report['peak_rss_bytes'] / 1e6:>10.1f}"
+                     f"{'':>30} {report['pss_bytes'] / 1e6:>14.1f}")
         for name, label in (("ort", "plain ORT, every scenario loaded"), ("ort_active", "plain ORT, largest alone")):
             steady, peak = report[f"rss_ratio_vs_{name}"], report[f"peak_rss_ratio_vs_{name}"]
             lines.append(f"{label:<34} {report[f'{name}_rss_bytes'] / 1e6:>10.1f} "
-                         f"{report[f'{name}_peak_rss_bytes'] / 1e6:>10.1f} {_ratio(steady):>15} {_ratio(peak):>13}")
+                         f"{report[f'{name}_peak_rss_bytes'] / 1e6:>10.1f} {_ratio(steady):>15} {_ratio(peak):>13} "
+                         f"{report[f'{name}_pss_bytes'] / 1e6:>14.1f}")
         lines.append(f"planned (a model, not measured): arena of the tensors between ONNX Runtime calls (execution "
                      f"units or band calls) {report['arena_bytes'] / 1e6:.2f} MB; tensors inside a call are ONNX "
                      "Runtime's own memory, inside the RSS above")

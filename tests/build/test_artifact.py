@@ -15,7 +15,15 @@ import onnxruntime as ort
 import pytest
 
 from sbrs.app import load_app
-from sbrs.build.artifact import MANIFEST, OPTIMIZED_SUFFIX, WEIGHTS, build_dir, load_build, open_runtime
+from sbrs.build.artifact import (
+    MANIFEST,
+    OPTIMIZED_SUFFIX,
+    OPTIMIZED_WEIGHTS,
+    WEIGHTS,
+    build_dir,
+    load_build,
+    open_runtime,
+)
 from sbrs.build.compile import compile_app
 from sbrs.errors import InputError
 from sbrs.runtime.device import machine_key, session_options
@@ -49,11 +57,21 @@ def test_build_runs_like_onnx_runtime_on_each_scenario_model(name: str, here: bo
     folder = tmp_path / f"{name}.build"
     manifest = compile_app(app, folder)
     assert manifest["weights_bytes"] > 0
-    # one weights file shared by every portable unit file, no weight stored twice
-    assert [path.name for path in folder.glob("*.bin") if not path.name.endswith(OPTIMIZED_SUFFIX + ".bin")] == [WEIGHTS]
+    # one weights file shared by every portable unit file, one by every optimised one, no weight stored twice
+    assert sorted(path.name for path in folder.glob("*.bin")) == sorted([WEIGHTS, OPTIMIZED_WEIGHTS])
     units = sorted(path.name for path in folder.glob("u*.onnx") if not path.name.endswith(OPTIMIZED_SUFFIX))
     assert units and manifest["optimized_for"] == machine_key(("CPUExecutionProvider",))
     assert all((folder / (unit.removesuffix(".onnx") + OPTIMIZED_SUFFIX)).is_file() for unit in units)
+    # the optimised units' weights: all in the shared file, a tensor two units hold stored once
+    import onnx
+
+    references = [tuple((entry.key, entry.value) for entry in tensor.external_data)
+                  for path in folder.glob(f"*{OPTIMIZED_SUFFIX}")
+                  for tensor in onnx.load_model(str(path), load_external_data=False).graph.initializer
+                  if tensor.data_location == onnx.TensorProto.EXTERNAL]
+    assert references and all(dict(entries)["location"] == OPTIMIZED_WEIGHTS for entries in references)
+    if name == "pamap2":  # its scenarios' units repeat layers (27 references to 16 tensors)
+        assert len(set(references)) < len(references)
     if not here:
         monkeypatch.setattr("sbrs.runtime.device.machine_key", lambda providers: "another machine")
     loaded = load_build(app.config.path, folder)
@@ -121,7 +139,7 @@ def _missing_unit(folder: Path) -> None:
 
 
 def _tampered_optimized_weights(folder: Path) -> None:
-    path = next(folder.glob(f"u*{OPTIMIZED_SUFFIX}.bin"))
+    path = folder / OPTIMIZED_WEIGHTS
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     before = path.stat().st_mtime_ns

@@ -92,6 +92,9 @@ def test_bench_smoke_reports_every_key(capsys: pytest.CaptureFixture[str]) -> No
     # the baseline is a bare interpreter with numpy and onnxruntime: sbrs' imports count against sbrs
     assert report["baseline_rss_bytes"] > 0 and report["rss_bytes"] > 0
     assert report["peak_rss_bytes"] >= report["rss_bytes"] and report["ort_peak_rss_bytes"] >= report["ort_rss_bytes"]
+    # PSS counts a page several mappings share once: never above RSS (both above the same bare interpreter)
+    for side in ("", "ort_", "ort_active_"):
+        assert 0 < report[f"{side}pss_bytes"] <= report[f"{side}rss_bytes"] + 1_000_000
     assert set(report["scenarios"]) == {"full", "skip", "exit"}
     for row in report["scenarios"].values():
         assert {"fps", "ort_fps", "ratio"} <= set(row)
