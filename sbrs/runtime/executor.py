@@ -515,10 +515,10 @@ class Runtime:
         In SBRS-TP mode the pending request is checked after every old step j (Algorithm 7, line 2: the step the
         SSR arrived in finishes first); when some new step may start before the old frame ends and the next
         frame is at hand, a ``_Transition`` takes over the rest of this frame and the next one. That includes
-        j = |φ^o|: the old frame is computed but not yet copied out, and when no new step touches what that
-        copy-out reads (in practice: the shadow arena), the new frame runs first (measured: pamap2 and tiny,
-        one step per frame, caller-visible Δ 1.07-1.17x plain ONNX Runtime before, 0.97-0.99 and 0.99-1.16
-        after).
+        j = |φ^o|: the old frame is computed but not yet copied out, and when the new frame writes nothing that
+        copy-out reads (the shadow arena keeps them apart, ``plan_shadow``), the new frame runs first
+        (measured on pamap2 and tiny, one step per frame: caller-visible Δ 0.96-0.99 and 1.02-1.09x plain
+        ONNX Runtime).
         """
         if self._closed:
             raise SbrsRuntimeError("the runtime is closed")
