@@ -8,8 +8,10 @@ For each example app, in one run, fresh processes, median of ``--repeats`` (defa
 - ``ort active``: the same script loading only the initial scenario's model.
 
 Figures: time to first output (process start → first JSON line on stdout), peak RSS of the process (the
-kernel's ``ru_maxrss`` from ``wait4``), and steady RSS *above a bare interpreter that imported numpy and
-onnxruntime* (read by each process from /proc after its frames; the bare interpreter is measured too).
+kernel's ``ru_maxrss`` from ``wait4``), and steady RSS and PSS *above a bare interpreter that imported numpy
+and onnxruntime* (read by each process from /proc after its frames; the bare interpreter is measured too).
+PSS counts a page several mappings share once (weights that several unit sessions map from the build's one
+file), RSS once per mapping.
 Usage:
 
     python benchmarks/startup.py [APP.yaml ...] [--frames 50] [--repeats 3] [--json]
@@ -46,12 +48,16 @@ for index in range(frames):
     print(json.dumps({"frame": index, "top": int(np.argmax(out[0]))}), flush=True)
 status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
 print("RSS", int(status["VmRSS"].split()[0]) * 1024, flush=True)
+rollup = dict(line.split(":", 1) for line in open("/proc/self/smaps_rollup") if ":" in line)
+print("PSS", int(rollup["Pss"].split()[0]) * 1024, flush=True)
 """
 
 BARE_SCRIPT = r"""
 import numpy, onnxruntime
 status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
 print("RSS", int(status["VmRSS"].split()[0]) * 1024, flush=True)
+rollup = dict(line.split(":", 1) for line in open("/proc/self/smaps_rollup") if ":" in line)
+print("PSS", int(rollup["Pss"].split()[0]) * 1024, flush=True)
 """
 
 # sbrs run, with the steady RSS printed after the frames while the runtime is still open (the ORT script's
@@ -66,6 +72,8 @@ def frames_then_rss(*args, **kwargs):
     summary = run_frames(*args, **kwargs)
     status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
     print("RSS", int(status["VmRSS"].split()[0]) * 1024, flush=True)
+    rollup = dict(line.split(":", 1) for line in open("/proc/self/smaps_rollup") if ":" in line)
+    print("PSS", int(rollup["Pss"].split()[0]) * 1024, flush=True)
     return summary
 loop.run_frames = frames_then_rss
 sys.exit(main(["run", sys.argv[1], "--frames", sys.argv[2], "--no-socket"]))
@@ -82,16 +90,18 @@ def measure(command: list[str]) -> dict[str, float]:
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=CHILD_ENV)
     assert process.stdout is not None
     first = None
-    steady = 0
+    steady = pss = 0
     for line in process.stdout:
         if first is None:
             first = time.perf_counter() - start
         if line.startswith("RSS "):
             steady = int(line.split()[1])
+        if line.startswith("PSS "):
+            pss = int(line.split()[1])
     _, status, usage = os.wait4(process.pid, 0)
     if status != 0:
         raise SystemExit(f"{command[:4]}... failed with status {status}")
-    return {"first_s": first or 0.0, "peak": usage.ru_maxrss * 1024, "steady": steady}
+    return {"first_s": first or 0.0, "peak": usage.ru_maxrss * 1024, "steady": steady, "pss": pss}
 
 
 def app_row(app: str, frames: int, repeats: int) -> dict[str, object]:
@@ -118,12 +128,13 @@ def app_row(app: str, frames: int, repeats: int) -> dict[str, object]:
             runs[side].append(measure(command))
     median = {side: {key: statistics.median(r[key] for r in results) for key in results[0]}
               for side, results in runs.items()}
-    bare = median["bare"]["steady"]
+    bare, bare_pss = median["bare"]["steady"], median["bare"]["pss"]
     row: dict[str, object] = {"app": app, "bare_rss_mb": round(bare / 1e6, 1)}
     for side in ("sbrs", "ort_all", "ort_active"):
         row[side] = {"first_output_s": round(median[side]["first_s"], 3),
                      "peak_rss_mb": round(median[side]["peak"] / 1e6, 1),
-                     "steady_above_bare_mb": round((median[side]["steady"] - bare) / 1e6, 1)}
+                     "steady_above_bare_mb": round((median[side]["steady"] - bare) / 1e6, 1),
+                     "steady_pss_above_bare_mb": round((median[side]["pss"] - bare_pss) / 1e6, 1)}
     sbrs, ort_all = median["sbrs"], median["ort_all"]
     row["peak_ratio"] = round(sbrs["peak"] / ort_all["peak"], 3)
     row["first_output_ratio"] = round(sbrs["first_s"] / ort_all["first_s"], 3)
@@ -142,13 +153,14 @@ def main() -> None:
     if args.json:
         print(json.dumps(rows, indent=1))
         return
-    print(f"{'app':<10} {'side':<11} {'first output s':>14} {'peak RSS MB':>12} {'steady above bare MB':>21}")
+    print(f"{'app':<10} {'side':<11} {'first output s':>14} {'peak RSS MB':>12} {'steady above bare MB':>21} "
+          f"{'steady PSS above bare':>22}")
     for row in rows:
         for side in ("sbrs", "ort_all", "ort_active"):
             figures = row[side]
             assert isinstance(figures, dict)
             print(f"{row['app']:<10} {side:<11} {figures['first_output_s']:>14.3f} {figures['peak_rss_mb']:>12.1f} "
-                  f"{figures['steady_above_bare_mb']:>21.1f}")
+                  f"{figures['steady_above_bare_mb']:>21.1f} {figures['steady_pss_above_bare_mb']:>22.1f}")
         print(f"{'':<10} sbrs / ort all-N: first output {row['first_output_ratio']}, peak {row['peak_ratio']}, "
               f"steady above bare {row['steady_ratio']} (bare interpreter {row['bare_rss_mb']} MB)")
 
