@@ -187,6 +187,33 @@ def test_the_new_scenario_output_comes_first(load_example: Callable[[str], App],
         assert runtime.node.state == "running" and runtime.node.switches == switches + 1
 
 
+@pytest.mark.parametrize("schedule", ["priority", "threads"])
+def test_one_step_frames_put_the_new_output_first_too(schedule: str) -> None:
+    """A request seen after the old frame's last step (every request, when a frame is one step, as in the tiny
+    app with its own settings): the old outputs wait in their slots, the next frame runs on the new scenario
+    first and its result reaches the caller first. For that the shadow slots must keep apart from the old
+    outputs (``plan_shadow``); when they did not, one-step apps silently switched at the frame boundary."""
+    from sbrs.app import load_app
+
+    app = load_app(Path(__file__).resolve().parents[2] / "apps" / "tiny.yaml")
+    refs = References(app)
+    frames = (random_frame(app, 7), random_frame(app, 8))
+    with app.runtime(use_build=False, transition="sbrs-tp", transition_schedule=schedule) as runtime:
+        for old in runtime.scenarios:
+            for new in runtime.scenarios:
+                if old == new:
+                    continue
+                assert len(runtime.plan.sequences[old]) == 1
+                runtime.switch(old)
+                runtime.infer(frames[0])
+                results = list(runtime._process(frames, order="completion", inject=(1, new)))
+                assert [(r.index, r.scenario) for r in results] == [(1, new), (0, old)], f"{old}->{new}"
+                assert results[0].switch is not None and results[0].switch.ssr_step == 1
+                for result in results:
+                    assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]),
+                                      f"{schedule} {old}->{new} frame {result.index}")
+
+
 def test_a_caller_that_stops_after_the_new_output_leaves_the_runtime_consistent(
         load_example: Callable[[str], App]) -> None:
     app = load_example("cifar10")
