@@ -95,6 +95,18 @@ def measure_throughput(app_path: str, *, frames: int, repeats: int, granularity:
 
 # -- process memory, each figure in its own fresh interpreter ---------------------------------------------
 
+#: The end of every memory probe script: its RSS, peak and PSS as one JSON line.
+_MEMORY_REPORT = """
+status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+rss = int(status["VmRSS"].split()[0]) * 1024
+try:  # a page several mappings share counts once (weights mapped by several sessions), not once per mapping
+    rollup = dict(line.split(":", 1) for line in open("/proc/self/smaps_rollup") if ":" in line)
+    pss = int(rollup["Pss"].split()[0]) * 1024
+except (OSError, KeyError):
+    pss = rss
+print(json.dumps({"rss": rss, "peak": int(status["VmHWM"].split()[0]) * 1024, "pss": pss}))
+"""
+
 #: The plain ONNX Runtime side of the memory probes, and the bare baseline: a script that imports only json,
 #: numpy and onnxruntime (never sbrs), loads the given models as sessions on the global thread pool (the
 #: setting sbrs uses too), warms each up, hands freed memory back (as sbrs does) and prints its RSS and peak.
@@ -117,15 +129,7 @@ if args["models"]:
 library = ctypes.util.find_library("c")
 if library and sys.platform.startswith("linux"):
     ctypes.CDLL(library).malloc_trim(0)
-status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
-rss = int(status["VmRSS"].split()[0]) * 1024
-try:  # a page several mappings share counts once (weights mapped by several sessions), not once per mapping
-    rollup = dict(line.split(":", 1) for line in open("/proc/self/smaps_rollup") if ":" in line)
-    pss = int(rollup["Pss"].split()[0]) * 1024
-except (OSError, KeyError):
-    pss = rss
-print(json.dumps({"rss": rss, "peak": int(status["VmHWM"].split()[0]) * 1024, "pss": pss}))
-"""
+""" + _MEMORY_REPORT
 
 
 def _run_probe(label: str, command: list[str]) -> dict[str, int]:
@@ -157,15 +161,7 @@ for scenario in runtime.scenarios:
         runtime.infer(frame)
 gc.collect()
 release_free_memory()  # as the ORT probe hands its freed memory back
-status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
-rss = int(status["VmRSS"].split()[0]) * 1024
-try:  # a page several mappings share counts once (weights mapped by several sessions), not once per mapping
-    rollup = dict(line.split(":", 1) for line in open("/proc/self/smaps_rollup") if ":" in line)
-    pss = int(rollup["Pss"].split()[0]) * 1024
-except (OSError, KeyError):
-    pss = rss
-print(json.dumps({"rss": rss, "peak": int(status["VmHWM"].split()[0]) * 1024, "pss": pss}))
-"""
+""" + _MEMORY_REPORT
 
 
 def _child(mode: str, argument: dict[str, Any]) -> dict[str, int]:

@@ -234,6 +234,7 @@ class Runtime:
         self._calls: dict[str, tuple[Callable[[], Any], ...]] = {}
         self._copy_in: dict[str, Callable[[np.ndarray], None]] = {}
         self._copy_out: dict[str, dict[str, Callable[[], np.ndarray]]] = {}
+        self._copy_out_reads: dict[str, list[tuple[str, int, int]]] = {}  # arena bytes each copy-out reads
         self._transition_starts: dict[tuple[str, str], tuple[bool, bool]] = {}  # _transition_start_table
 
     # -- building ---------------------------------------------------------------------------------------
@@ -270,12 +271,12 @@ class Runtime:
         if self.device != "cpu":
             raise SbrsRuntimeError("transition arena 'shadow' needs the CPU arena (device arenas: use 'shared')")
         normal = {t.id: t.offset for t in self.plan.tensors}
-        saved = (self._bindings, self._copy_in, self._copy_out)
+        saved = (self._bindings, self._copy_in, self._copy_out, self._copy_out_reads)
         tensors = tuple(replace(t, offset=shadow[t.id]) for t in self.plan.tensors)
         plan = self.plan
         try:
             self.plan = replace(plan, tensors=tensors)
-            self._bindings, self._copy_in, self._copy_out = {}, {}, {}
+            self._bindings, self._copy_in, self._copy_out, self._copy_out_reads = {}, {}, {}, {}
             self._new_calls = {scenario: tuple(self._bound_call(scenario, unit_id, step)
                                                for step, unit_id in enumerate(calls, 1))
                                for scenario, calls in plan.sequences.items()}
@@ -284,7 +285,7 @@ class Runtime:
             self._new_copy_in, self._new_copy_out = self._copy_in, self._copy_out
         finally:
             self.plan = plan
-            self._bindings, self._copy_in, self._copy_out = saved
+            self._bindings, self._copy_in, self._copy_out, self._copy_out_reads = saved
         assert all(t.offset == normal[t.id] for t in self.plan.tensors)
 
     def _bind_frame_io(self, input_name: str) -> None:
@@ -301,6 +302,7 @@ class Runtime:
                 for name, tensor_id in self.plan.outputs[scenario].items():
                     self._slot(tensor_id)
                     self._bindings.setdefault((scenario, last), ([], []))[0].append(self._bound_ranges[-1])
+                    self._copy_out_reads.setdefault(scenario, []).append(self._bound_ranges[-1])
                     output = self.plan.tensor(tensor_id)
                     self._copy_out[scenario][name] = self._arena.view(output.offset, output.shape, output.dtype).copy
             else:
@@ -312,18 +314,12 @@ class Runtime:
         """Ordered pairs (o, n) whose transition's new frame writes no byte that the copy-out of o's outputs
         reads (from the bindings really made). For those, a request seen after o's last step lets the new
         frame run before that copy-out, so its result reaches the caller first (``_start_transition``), also
-        when a frame is one step. Unknown (outputs not plain arena views, a device arena): not apart."""
-        reads: dict[str, list[tuple[int, int]]] = {}
-        for scenario, copies in self._copy_out.items():
-            views = [getattr(copy, "__self__", None) for copy in copies.values()]
-            if self.device != "cpu" or not all(isinstance(view, np.ndarray) for view in views):
-                continue
-            starts = [int(view.ctypes.data) - self._arena.base for view in views]  # type: ignore[union-attr]
-            reads[scenario] = [(start, start + view.nbytes) for start, view in zip(starts, views, strict=True)]
+        when a frame is one step. A scenario whose copy-out reads no recorded bytes (a device arena's copy
+        sessions): not apart."""
         writes = {scenario: [(start, end) for step in steps for _, start, end in step.writes]
                   for scenario, steps in self.bound_accesses(new_frame=True).items()}
-        return frozenset((old, new) for old, ranges in reads.items() for new in writes if new != old
-                         and not any(a < d and c < b for a, b in ranges for c, d in writes[new]))
+        return frozenset((old, new) for old, reads in self._copy_out_reads.items() for new in writes if new != old
+                         and not any(a < d and c < b for _, a, b in reads for c, d in writes[new]))
 
     def _device_copy(self, tensor_id: str, *, to_device: bool) -> Callable[..., Any]:
         """GPU arena only (untested here): an Identity session copying between a host buffer and a slot."""

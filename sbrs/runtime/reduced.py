@@ -636,18 +636,14 @@ class ReducedRuntime(Runtime):
                 continue
             session = self._sessions[call.key]
             binding = session.io_binding()
-            for t, lo, hi, slot in call.inputs:
-                buffer = buffers[t]
-                view = self._view(buffer, slot, hi - lo)
-                name = f"{t}::rows" if buffer.layout == ROWS else t
-                binding.bind_input(name, "cpu", 0, view.dtype, list(view.shape), view.ctypes.data)
-                reads.append(self._bound(scenario, t, view))
-            for t, o0, o1, slot in call.outputs:
-                buffer = buffers[t]
-                view = self._view(buffer, slot, o1 - o0)
-                name = f"{t}::rows" if buffer.layout == ROWS else t
-                binding.bind_output(name, "cpu", 0, view.dtype, list(view.shape), view.ctypes.data)
-                writes.append(self._bound(scenario, t, view))
+            for ranges, bind, spans in ((call.inputs, binding.bind_input, reads),
+                                        (call.outputs, binding.bind_output, writes)):
+                for t, lo, hi, slot in ranges:
+                    buffer = buffers[t]
+                    view = self._view(buffer, slot, hi - lo)
+                    name = f"{t}::rows" if buffer.layout == ROWS else t
+                    bind(name, "cpu", 0, view.dtype, list(view.shape), view.ctypes.data)
+                    spans.append(self._bound(scenario, t, view))
             steps.append(_step(iobinding_runner(session, binding), tuple(moves)))
         self._calls[scenario] = tuple(steps)
         source = buffers[parts.input]
@@ -663,7 +659,9 @@ class ReducedRuntime(Runtime):
         outputs: dict[str, Callable[[], np.ndarray]] = {}
         for t in parts.outputs:
             view = self._view(buffers[t])
-            self._bindings[(scenario, len(parts.calls))][0].append(self._bound(scenario, t, view))
+            span = self._bound(scenario, t, view)
+            self._bindings[(scenario, len(parts.calls))][0].append(span)
+            self._copy_out_reads.setdefault(scenario, []).append(span)
             if buffers[t].layout == ROWS:
                 outputs[t] = lambda view=view: np.ascontiguousarray(view.transpose(TO_NCHW))
             else:

@@ -83,7 +83,9 @@ def test_every_scenario_runs_within_the_limit_and_equals_onnx_runtime(runtime: R
             assert_equivalent(runtime.infer(frame), refs.outputs(scenario, frame), f"{scenario} frame {seed}")
 
 
-def test_tables_come_from_the_bytes_really_bound_and_are_safe(runtime: ReducedRuntime) -> None:
+def assert_tables_come_from_the_bytes_bound(runtime: ReducedRuntime) -> dict[str, tuple[StepAccess, ...]]:
+    """The plan's accesses equal the bytes really bound, its tables are the reference waits over them and pass
+    the checker; returns the planned accesses."""
     plan = runtime.reduced
     bound = runtime.bound_accesses()
     planned = {s: parts_accesses(p) for s, p in plan.scenarios.items()}
@@ -96,6 +98,11 @@ def test_tables_come_from_the_bytes_really_bound_and_are_safe(runtime: ReducedRu
         assert table.wait == hazard_waits(planned[table.old], planned[table.new])
     waits = {key: table.wait for key, table in plan.transitions.pairs.items()}
     assert check_schedule(bound, waits, limit=1) == []
+    return planned
+
+
+def test_tables_come_from_the_bytes_really_bound_and_are_safe(runtime: ReducedRuntime) -> None:
+    assert_tables_come_from_the_bytes_bound(runtime)
 
 
 @pytest.mark.parametrize("schedule", ["priority", "threads"])
@@ -260,18 +267,11 @@ def test_a_streamed_input_runs_by_rows_equal_to_onnx_runtime(streamed: ReducedRu
 def test_feeds_are_in_the_tables_and_keep_switches_safe(streamed: ReducedRuntime) -> None:
     plan = streamed.reduced
     bound = streamed.bound_accesses()
-    planned = {s: parts_accesses(p) for s, p in plan.scenarios.items()}
+    planned = assert_tables_come_from_the_bytes_bound(streamed)
     for scenario, steps in planned.items():
-        calls = plan.scenarios[scenario].calls
-        for got, want, call in zip(bound[scenario], steps, calls, strict=True):
-            assert {r[1:] for r in got.reads} == {r[1:] for r in want.reads}
-            assert {r[1:] for r in got.writes} == {r[1:] for r in want.writes}
+        for want, call in zip(steps, plan.scenarios[scenario].calls, strict=True):
             if call.feed:  # a feed writes the rows it copies into the input's line buffer
                 assert want.writes and {r[0] for r in want.writes} == {f"{scenario}/{plan.scenarios[scenario].input}"}
-    for table in plan.transitions.pairs.values():
-        assert table.wait == hazard_waits(planned[table.old], planned[table.new])
-    waits = {key: table.wait for key, table in plan.transitions.pairs.items()}
-    assert check_schedule(bound, waits, limit=1) == []
     # the feeds' writes matter: tables computed as if feeds wrote nothing let a new frame's feed overwrite
     # input rows an old call still reads wherever the scenarios' input buffers share bytes (no room)
     blind = {s: tuple(StepAccess(a.unit, a.reads, () if c.feed else a.writes)
