@@ -198,14 +198,14 @@ class ControlNode:
 
     # -- the frame loop's side -----------------------------------------------------------------------------
 
-    def take(self, accept: Callable[[SwitchRequest], bool] | None = None) -> SwitchRequest | None:
+    def take(self, expected: SwitchRequest | None = None) -> SwitchRequest | None:
         """Act on the pending request, if any, and return it (None: nothing to switch). Loop thread only.
 
         From here on ``scenario`` is the new scenario (the next frame runs on it) and the request is
         ``executing`` until ``finish``. A pending request naming the current scenario is dropped (accepted).
-        ``accept`` decides, under the node's lock, whether the loop can act on this very request now (the
-        transition table it needs depends on the scenario it names): when it says no, the request stays
-        pending. Deciding on ``pending`` and taking it later would act on whatever request replaced it meanwhile.
+        With ``expected``, only that very request is taken: the loop decided on it (the transition it starts
+        depends on the scenario it names), and another thread may have replaced it since; a replacement stays
+        pending for the next decision.
         """
         if self.pending is None:
             return None
@@ -217,7 +217,7 @@ class ControlNode:
                 self.pending = None
                 self._report(request, "accepted")
                 return None
-            if accept is not None and not accept(request):
+            if expected is not None and request is not expected:
                 return None
             self.pending = None
             self._report(request, "accepted")

@@ -64,9 +64,11 @@ def test_state_machine_transitions() -> None:
     assert node.state == "running" and node.pending is None
     node.request("b", "socket")  # posted: the frame loop acts on it at its next step boundary
     assert node.state == "running" and node.target == "b" and node.status()["pending"] == "b"
+    decided_on = node.pending
     node.request("c", "socket")  # replaces b before it was acted on
     assert node.pending is not None and node.pending.scenario == "c"
-    request = node.take()
+    assert node.take(decided_on) is None and node.scenario == "a"  # the loop decided on b: c stays pending
+    request = node.take(node.pending)
     assert request is not None and request.scenario == "c" and node.scenario == "c"
     assert node.state == "running" and node.status()["switching_to"] == "c"  # acted on; its frame not begun
     node.begin(request)

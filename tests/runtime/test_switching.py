@@ -198,20 +198,38 @@ def test_one_step_frames_put_the_new_output_first_too(schedule: str) -> None:
     app = load_app(Path(__file__).resolve().parents[2] / "apps" / "tiny.yaml")
     refs = References(app)
     frames = (random_frame(app, 7), random_frame(app, 8))
-    with app.runtime(use_build=False, transition="sbrs-tp", transition_schedule=schedule) as runtime:
+    done: list[str] = []
+
+    class FramesDone:
+        def frame_done(self, scenario: str, seconds: float) -> None:
+            done.append(scenario)
+
+    with app.runtime(use_build=False, transition="sbrs-tp", transition_schedule=schedule,
+                     observers=[FramesDone()]) as runtime:
         for old in runtime.scenarios:
             for new in runtime.scenarios:
                 if old == new:
                     continue
                 assert len(runtime.plan.sequences[old]) == 1
+                for order, expected in (("completion", [(1, new), (0, old)]), ("stream", [(0, old), (1, new)])):
+                    runtime.switch(old)
+                    runtime.infer(frames[0])
+                    results = list(runtime._process(frames, order=order, inject=(1, new)))
+                    assert [(r.index, r.scenario) for r in results] == expected, f"{old}->{new} {order}"
+                    first_new = results[expected.index((1, new))]
+                    assert first_new.switch is not None and first_new.switch.ssr_step == 1
+                    for result in results:
+                        assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]),
+                                          f"{schedule} {old}->{new} {order} frame {result.index}")
+                # a caller that stops at the new output: the old frame is still counted, nothing is left pending
                 runtime.switch(old)
                 runtime.infer(frames[0])
-                results = list(runtime._process(frames, order="completion", inject=(1, new)))
-                assert [(r.index, r.scenario) for r in results] == [(1, new), (0, old)], f"{old}->{new}"
-                assert results[0].switch is not None and results[0].switch.ssr_step == 1
-                for result in results:
-                    assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]),
-                                      f"{schedule} {old}->{new} frame {result.index}")
+                done.clear()
+                results_iter = runtime._process(frames, inject=(1, new))
+                assert next(results_iter).scenario == new
+                results_iter.close()
+                assert sorted(done) == sorted([old, new]) and runtime.node.status()["switching_to"] is None
+                assert_equivalent(runtime.infer(frames[1]), refs.outputs(new, frames[1]), f"{old}->{new} after")
 
 
 def test_a_caller_that_stops_after_the_new_output_leaves_the_runtime_consistent(
