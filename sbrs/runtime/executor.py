@@ -23,7 +23,7 @@ run twice. ``infer`` (one frame at a time) applies a request between frames. ``p
 pipelined entry point ``sbrs run`` uses: it sees the next frame while one is in flight, so under SBRS-TP
 (app.yaml ``runtime.transition: sbrs-tp``) a request noticed after old step j starts the next frame on the new
 scenario at once, before the old frame's remaining steps (``_Transition``, schedule ``priority``) or beside
-them on a worker thread (``threads``), or, after its last step, before its copy-out (``_NewFirst``); new
+them on a worker thread (``threads``), or, after its last step, before its copy-out (``_new_first``); new
 step i waits for old step ``wait_i`` of the transition table (``sbrs.runtime.transition``: Algorithm 6 with
 arena-byte hazards, Algorithm 7 event-driven). Results are
 yielded as their outputs exist, so the caller holds the new scenario's output as soon as it is computed, and
@@ -72,6 +72,9 @@ if TYPE_CHECKING:
     from sbrs.moc import Moc
 
 Frame = np.ndarray | Mapping[str, np.ndarray]
+#: A frame computed but not yet copied out, as ``Runtime._old_frame_result`` takes it: scenario, stream index,
+#: start time, the switch request it was the first frame of and the scenario before it, the transition mode.
+_OldFrame = tuple[str, int, float, SwitchRequest | None, str, str]
 TRANSITION_ARENAS: tuple[str, ...] = ("shared", "shadow")
 TRANSITION_SCHEDULES: tuple[str, ...] = ("priority", "threads")
 #: Frames whose bookkeeping may wait while switch requests keep coming (``Runtime._settle``).
@@ -489,15 +492,27 @@ class Runtime:
                     return
                 with self._lock:
                     outcome = self._execute(arrays, index, lookahead, mode=mode or self.node.mode, inject=inject)
-                    if isinstance(outcome, (_Transition, _NewFirst)):
-                        # the old frame's rest may still be in the arena while a result is with the caller
+                    # Two frames at once (a switch): while one result is with the caller, the other frame's rest
+                    # or outputs are still in the arena, so both are yielded under the lock.
+                    if type(outcome) is tuple:  # ``_new_first``: the new frame ran, the old one awaits copy-out
+                        new_result, old_frame = outcome
+                        if order == "completion":
+                            try:
+                                yield new_result
+                            finally:  # also when the caller stops here: the old frame is counted
+                                old_result = self._old_frame_result(*old_frame)
+                            yield old_result
+                        else:
+                            yield self._old_frame_result(*old_frame)
+                            yield new_result
+                    elif isinstance(outcome, _Transition):
                         yield from outcome.deliver(order)
-                        index += 2
-                        inject = None
-                        continue
                 inject = None
-                index += 1
-                yield outcome
+                if type(outcome) is FrameResult:
+                    index += 1
+                    yield outcome
+                else:
+                    index += 2
         finally:
             with self._lock:
                 self._settle()
@@ -505,7 +520,7 @@ class Runtime:
     # -- the engine -------------------------------------------------------------------------------------
 
     def _execute(self, arrays: Mapping[str, np.ndarray], index: int, lookahead: _Lookahead | None, *, mode: str,
-                 inject: tuple[int, str] | None = None) -> FrameResult | _Transition | _NewFirst:
+                 inject: tuple[int, str] | None = None) -> FrameResult | _Transition | tuple[FrameResult, _OldFrame]:
         """Run frame ``index``, or hand it and the next frame to an SBRS-TP transition. The caller holds the lock.
 
         A request pending at the frame boundary sends this frame to the new scenario (nothing is in flight).
@@ -514,7 +529,8 @@ class Runtime:
         frame is at hand, a ``_Transition`` takes over the rest of this frame and the next one. After the last
         step, j = |φ^o|, the old frame is computed but not yet copied out: when the new frame writes nothing
         that copy-out reads (the shadow arena keeps them apart, ``plan_shadow``), the new frame runs first
-        (``_NewFirst``; every switch of a one-step app, such as tiny and pamap2, goes this way).
+        (``_new_first``; every switch of a one-step app, such as tiny and pamap2, goes this way): its result
+        comes back with what the old frame's result needs (``_old_frame_result``).
         """
         if self._closed:
             raise SbrsRuntimeError("the runtime is closed")
@@ -539,9 +555,9 @@ class Runtime:
                 pending = node.pending  # one read: another thread may replace or clear it at any time
                 if pending is not None and pending.scenario != scenario:
                     if step == last:
-                        new_first = self._new_first(scenario, pending, lookahead)
+                        new_first = self._new_first(scenario, pending, lookahead, index + 1)
                         if new_first is not None:
-                            return _NewFirst(self, new_first, scenario, index, begin, request, previous)
+                            return new_first, (scenario, index, begin, request, previous, mode)
                     else:
                         transition = self._start_transition(scenario, step, pending, lookahead)
                         if transition is not None:
@@ -593,15 +609,15 @@ class Runtime:
         lookahead.take()
         return _Transition(self, request, old, self.transitions.table(old, request.scenario), step, arrays)
 
-    def _new_first(self, old: str, pending: SwitchRequest, lookahead: _Lookahead) -> FrameResult | None:
-        """After old's last step, before its copy-out: run the next frame on ``pending``'s scenario now and
-        return its result, when the new frame writes nothing that copy-out reads (``_transition_starts``)
+    def _new_first(self, old: str, pending: SwitchRequest, lookahead: _Lookahead, index: int) -> FrameResult | None:
+        """After old's last step, before its copy-out: run the next frame (``index``) on ``pending``'s scenario
+        now and return its result, when the new frame writes nothing that copy-out reads (``_transition_starts``)
         and the next frame is at hand; else None (the switch waits for the frame boundary).
 
         SBRS-TP's transition with no old step left (Algorithm 7 with step^o_SSR = |φ^o|): no new step waits,
-        so there is nothing to schedule, and this path does without ``_Transition``'s bookkeeping, because
-        everything run here is in Δ: on tiny (0.1-0.3 ms frames) the general path spent 14-19 µs between the
-        old frame's last call and the new frame's first, this one 8-12 µs.
+        so there is nothing to schedule, and this path does without ``_Transition``'s objects and generator,
+        because everything run here is in Δ: on tiny (0.1-0.3 ms frames) the general path spent 14-19 µs
+        between the old frame's last call and the new frame's first, this one 8-12 µs.
         """
         ok = self._transition_starts.get((old, pending.scenario))
         if ok is None or not ok[1]:
@@ -620,16 +636,17 @@ class Runtime:
         begin = time.perf_counter()
         for array in arrays.values():
             self._new_copy_in[new](array)
-        for step, call in enumerate(calls, 1):
-            call()
-            if step == 1 and len(calls) > 1:
-                node.begin(request)
-            node.step_done(old_steps, step)
+        calls[0]()
+        if len(calls) > 1:  # the switch is under way until the new frame's last step (state, progress)
+            node.begin(request)
+            for step in range(1, len(calls)):
+                node.step_done(old_steps, step)
+                calls[step]()
         outputs = {name: copy() for name, copy in self._new_copy_out[new].items()}
         end = time.perf_counter()
         record = node.record(request, old, end, ssr_step=old_steps, overlapped_steps=0, mode="sbrs-tp")
         self._unsettled.append((new, end - begin, request, record))
-        return FrameResult(-1, new, outputs, end - begin, record)
+        return FrameResult(index, new, outputs, end - begin, record)
 
     def _transition_start_table(self) -> dict[tuple[str, str], tuple[bool, bool]]:
         """(o, n) → (whether a transition helps after an old step before the last, after the last one), from
@@ -726,35 +743,6 @@ class _Lookahead:
             frame = next(self._frames, None)
             return None if frame is None else self._check(frame)
         return arrays
-
-
-class _NewFirst:
-    """A switch acted on after the old frame's last step (``Runtime._new_first``): the new frame has run and
-    its result is here; the old frame's outputs still wait in the arena. ``deliver`` yields the new result
-    first (``completion``) or the old one first (``stream``), like ``_Transition.deliver``."""
-
-    __slots__ = ("_begin", "_index", "_new", "_old", "_previous", "_request", "_runtime")
-
-    def __init__(self, runtime: Runtime, new: FrameResult, old: str, index: int, begin: float,
-                 request: SwitchRequest | None, previous: str) -> None:
-        new.index = index + 1
-        self._runtime, self._new, self._old, self._index = runtime, new, old, index
-        self._begin, self._request, self._previous = begin, request, previous
-
-    def deliver(self, order: str) -> Iterator[FrameResult]:
-        if order == "completion":
-            try:
-                yield self._new
-            finally:
-                old = self._old_result()  # its frame-done bookkeeping, also when the caller stops here
-            yield old
-        else:
-            yield self._old_result()
-            yield self._new
-
-    def _old_result(self) -> FrameResult:
-        return self._runtime._old_frame_result(self._old, self._index, self._begin, self._request, self._previous,
-                                               "sbrs-tp")
 
 
 class _Transition:
