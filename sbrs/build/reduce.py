@@ -5,7 +5,7 @@
 search of :func:`sbrs.reduction.reduce_buffers` chooses band heights per layer under a cost model:
 
 - ``analytic``: :class:`~sbrs.reduction.cost.AnalyticCostModel` (no measuring);
-- ``measured``: the table of :mod:`sbrs.runtime.parts_cost`, measured on this machine on the first build and
+- ``measured``: the table of :mod:`sbrs.runtime.measure.parts_cost`, measured on this machine on the first build and
   cached;
 - ``auto`` (default): the cached measured table when there is one, else the analytic model.
 
@@ -15,9 +15,9 @@ scenario at least ``R`` times its own unreduced fps under the same cost model). 
 so they are not used.
 
 The result (chosen band heights, phases Φ of every layer, the Pareto front, the figures of the chosen
-configuration, the arena of the calls :mod:`sbrs.runtime.parts` compiles) is saved in the plan file
+configuration, the arena of the calls :mod:`sbrs.runtime.compile.parts` compiles) is saved in the plan file
 (``AppPlan.reduction``, under the plan's checksum and app fingerprint); :func:`load_reduction` and
-:func:`load_reduction_strategy` read it back for ``sbrs.runtime.reduced.reduced_plan``.
+:func:`load_reduction_strategy` read it back for ``sbrs.runtime.execute.reduced.reduced_plan``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from sbrs.model.fold import fold_model
 from sbrs.reduction import AnalyticCostModel, CostModel, GaParams, ReductionResult, plan_reduction, reduce_buffers
 from sbrs.reduction.cost import model_fps
 from sbrs.reduction.phases import full_bands
-from sbrs.runtime.parts import compile_parts, executable_bands
+from sbrs.runtime.compile.parts import compile_parts, executable_bands
 
 if TYPE_CHECKING:
     from sbrs.app.app import App
@@ -51,7 +51,7 @@ def _cost_model(models: Mapping[str, Any], kind: str, candidates: tuple[int, ...
         raise InputError(f"unknown cost model '{kind}' (allowed: {', '.join(COST_MODELS)})", field="--cost")
     if kind == "analytic":
         return AnalyticCostModel(), "analytic"
-    from sbrs.runtime.parts_cost import cached_costs
+    from sbrs.runtime.measure.parts_cost import cached_costs
 
     table = cached_costs(models, candidates, measure=kind == "measured", progress=progress)
     if table is None:
@@ -151,7 +151,7 @@ def load_reduction(path: str | Path, app: App) -> dict[str, dict[str, int]]:
 
 def load_reduction_strategy(path: str | Path, app: App) -> dict[str, Any]:
     """The partition cuts and tile groups chosen with the band heights of :func:`load_reduction`, as
-    ``{"cuts": ..., "tiles": ...}`` (the ``strategy`` of ``sbrs.runtime.reduced.reduced_plan``, keyword
+    ``{"cuts": ..., "tiles": ...}`` (the ``strategy`` of ``sbrs.runtime.execute.reduced.reduced_plan``, keyword
     arguments of ``compile_parts`` and ``ReducedRuntime.from_models``); empty for an older plan."""
     from sbrs.plan import load_plan
 

@@ -11,7 +11,7 @@ A *switch request* (SSR) records the wanted scenario and its arrival time (``req
 may come from any thread (socket workers, the policy, ``Runtime.switch``). The runtime's frame loop acts on the
 latest pending request at the next step boundary (``take``): at a frame boundary the next frame simply runs on
 the new scenario; in the middle of a frame, under SBRS-TP, the next frame starts on the new scenario while the
-old one finishes (``sbrs.runtime.transition``). ``finish`` (``record`` then ``settle``) ends the switch at the
+old one finishes (``sbrs.runtime.switch.transition``). ``finish`` (``record`` then ``settle``) ends the switch at the
 new scenario's first output and records the response delay Δ (thesis 5.9: from the SSR's arrival to that
 output). ``status`` shows ``pending`` and ``switching_to`` as they change.
 

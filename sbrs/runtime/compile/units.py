@@ -4,9 +4,9 @@ ONNX Runtime cannot run part of a graph, so a merged supergraph cannot be one se
 ONNX Runtime"). The runtime therefore cuts every scenario's execution sequence φ^s into *units*: maximal runs
 of consecutive steps that compile to one ONNX model and one session, called in order for each frame.
 
-The units are cut from the MoC by :mod:`sbrs.runtime.layout` (step keys, sharing, fusion). This module holds
+The units are cut from the MoC by :mod:`sbrs.runtime.compile.layout` (step keys, sharing, fusion). This module holds
 what the cut produces: a plain frozen ``UnitPlan`` (JSON via ``to_dict``) that also carries the arena offsets
-of every boundary tensor (``sbrs.runtime.arena``). A compiled build reads it without the MoC or the models.
+of every boundary tensor (``sbrs.runtime.compile.arena``). A compiled build reads it without the MoC or the models.
 """
 
 from __future__ import annotations

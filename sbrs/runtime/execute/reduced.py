@@ -1,15 +1,15 @@
 """Processing by parts inside the one runtime: an app with a buffer reduction runs band calls behind ``Runtime``.
 
 ``sbrs build`` on an app whose ``memory_limit_mb`` reuse alone misses chooses band heights (thesis Algorithm 9
-over Algorithm 10, ``sbrs.runtime.parts_build``). :class:`ReducedPlan` is what then runs: every scenario
-compiled into band calls and line buffers in ONE arena (:func:`sbrs.runtime.parts.compile_parts`, Algorithm 10,
+over Algorithm 10, ``sbrs.build.reduce``). :class:`ReducedPlan` is what then runs: every scenario
+compiled into band calls and line buffers in ONE arena (:func:`sbrs.runtime.compile.parts.compile_parts`, Algorithm 10,
 line 9), and the transition tables of every ordered pair of scenarios computed from the arena bytes each call
-touches (Algorithm 6 with byte hazards, as ``sbrs.runtime.transition`` does for execution units).
-:class:`ReducedRuntime` is a :class:`~sbrs.runtime.executor.Runtime` whose steps are those calls: the frame
+touches (Algorithm 6 with byte hazards, as ``sbrs.runtime.switch.transition`` does for execution units).
+:class:`ReducedRuntime` is a :class:`~sbrs.runtime.execute.executor.Runtime` whose steps are those calls: the frame
 loop, ``infer``/``process``/``switch``, the control node, SBRS-TP transitions (Algorithm 7, the ``priority`` and
 ``threads`` schedules), observers, metrics and the socket are the runtime's own, unchanged. It is the only
 runtime by parts: ``ReducedRuntime.from_models`` runs bare models the same way (tests, the cost table of
-``sbrs.runtime.parts_cost``, benchmarks), so every path by parts is the one the build runs.
+``sbrs.runtime.measure.parts_cost``, benchmarks), so every path by parts is the one the build runs.
 
 Steps and their bytes
     A step is one call: the line-buffer compactions it needs (``Call.moves``, numpy copies inside the arena)
@@ -48,9 +48,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sbrs.errors import InputError, SbrsRuntimeError
-from sbrs.runtime.device import ArenaMemory, create_session, iobinding_runner
-from sbrs.runtime.executor import Frame, Runtime, runtime_options
-from sbrs.runtime.transition import PairTable, StepAccess, TransitionPlan
+from sbrs.runtime.execute.device import ArenaMemory, create_session, iobinding_runner
+from sbrs.runtime.execute.executor import Frame, Runtime, runtime_options
+from sbrs.runtime.switch.transition import PairTable, StepAccess, TransitionPlan
 
 if TYPE_CHECKING:
     import onnx
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from sbrs.build.artifact import LoadedBuild
     from sbrs.control.events import RunObserver
     from sbrs.model.cnn import CnnModel
-    from sbrs.runtime.parts import PartsPlan, ScenarioParts, Tiles
+    from sbrs.runtime.compile.parts import PartsPlan, ScenarioParts, Tiles
 
 __all__ = ["BandCall", "LineBuffer", "ReducedPlan", "ReducedRuntime", "ScenarioCalls", "call_file",
            "models_config", "parts_accesses", "parts_transitions", "reduced_plan"]
@@ -69,9 +69,9 @@ __all__ = ["BandCall", "LineBuffer", "ReducedPlan", "ReducedRuntime", "ScenarioC
 GRANULARITY = "parts"
 #: The app name (and scenario ``model_kind``) of a runtime made from models, without an app YAML.
 MODELS_APP = "models"
-#: Layout of a buffer a band call touches: ``[H, N, C, W]``, one row contiguous (``sbrs.runtime.parts``).
+#: Layout of a buffer a band call touches: ``[H, N, C, W]``, one row contiguous (``sbrs.runtime.compile.parts``).
 ROWS = "rows"
-#: ``[H, N, C, W]`` rows layout ↔ NCHW (``sbrs.runtime.parts``, "Storage layout").
+#: ``[H, N, C, W]`` rows layout ↔ NCHW (``sbrs.runtime.compile.parts``, "Storage layout").
 TO_ROWS = (2, 0, 1, 3)
 TO_NCHW = (1, 2, 0, 3)
 
@@ -83,7 +83,7 @@ def call_file(key: str) -> str:
 
 # -- the plan ---------------------------------------------------------------------------------------------
 #
-# What runs is kept apart from how it was compiled (``sbrs.runtime.parts``): a run from a build imports
+# What runs is kept apart from how it was compiled (``sbrs.runtime.compile.parts``): a run from a build imports
 # neither onnx nor the reduction search, and the build's format does not follow the compiler's internals.
 
 
@@ -251,7 +251,7 @@ def parts_accesses(parts: ScenarioCalls) -> tuple[StepAccess, ...]:
 
 
 def _hazard_waits(old: Sequence[StepAccess], new: Sequence[StepAccess]) -> tuple[int, ...]:
-    """``sbrs.runtime.transition.hazard_waits`` vectorised: wait_i = the last old step (1-based) touching a
+    """``sbrs.runtime.switch.transition.hazard_waits`` vectorised: wait_i = the last old step (1-based) touching a
     byte new step i touches, one of them writing (0: none). Band plans have hundreds of calls per frame."""
     rows = [(j, r[1], r[2], write) for j, step in enumerate(old, 1)
             for write, ranges in ((False, step.reads), (True, step.writes)) for r in ranges]
@@ -317,7 +317,7 @@ def plan_transition_room(parts: PartsPlan, budget: int | None) -> tuple[PartsPla
     for a cut ``c`` (a fraction of each old frame's calls), every buffer an old scenario o touches from call
     ``c·|φ^o|`` on is kept apart from every buffer of every other scenario n: the buffers of o after the cut
     get lives on a timeline ``o->n:old``, n's buffers keep their lives on a timeline ``n:new``, and the two
-    are a concurrent set (Algorithm 8, lines 9-11, as ``sbrs.runtime.transition.plan_shadow`` does for the
+    are a concurrent set (Algorithm 8, lines 9-11, as ``sbrs.runtime.switch.transition.plan_shadow`` does for the
     shadow slots, but on the scenarios' own buffers: no copy, no second frame input). A switch noticed after
     the cut can then start the whole new frame at once. The earliest cut of ``TRANSITION_CUTS`` whose arena
     fits ``budget`` is taken; the hazard tables are computed afterwards from the real offsets, so this only
@@ -384,7 +384,7 @@ def reduced_plan(app: App, band_rows: Mapping[str, Mapping[str, int]], reduction
     """
     from sbrs.model import naive_buffer_bytes, params_bytes
     from sbrs.model.fold import fold_model
-    from sbrs.runtime.parts import compile_parts
+    from sbrs.runtime.compile.parts import compile_parts
 
     strategy = dict(strategy or {})
     parts = compile_parts(app.models, band_rows, **strategy)
@@ -462,7 +462,7 @@ def call_models(models: Mapping[str, CnnModel], plan: ReducedPlan) -> dict[str, 
     scenarios' ``models`` the plan was compiled from (folded or not: they are folded here as the compiler
     folds them; folding a folded model is cheap). Feeds have no model."""
     from sbrs.model.fold import fold_model
-    from sbrs.runtime.parts import call_model
+    from sbrs.runtime.compile.parts import call_model
 
     if plan.source is None:
         raise ValueError("the call models of a plan read back from a build are in the build's files")
@@ -575,7 +575,7 @@ class ReducedRuntime(Runtime):
         """
         from sbrs.model import naive_buffer_bytes, params_bytes
         from sbrs.model.fold import fold_bands, fold_cuts, fold_model, fold_tiles
-        from sbrs.runtime.parts import compile_parts
+        from sbrs.runtime.compile.parts import compile_parts
 
         config = models_config(models, initial=initial, threads=threads, transition=transition)
         folded = {s: fold_model(m) for s, m in models.items()}
@@ -671,7 +671,7 @@ class ReducedRuntime(Runtime):
     def timed_calls(self, frame: Frame, repeats: int = 3, *, reduce: str = "median") -> list[float]:
         """Seconds of every step (a call or a feed, its line-buffer moves included) of the current scenario (the
         one the next frame runs on) over ``repeats`` frames: the median of each, or with ``reduce="min"`` the
-        fastest (what ``sbrs.runtime.parts_cost`` splits over the layers). The frame's results are not copied
+        fastest (what ``sbrs.runtime.measure.parts_cost`` splits over the layers). The frame's results are not copied
         out, and no frame is counted: this measures the steps, it delivers nothing."""
         if reduce not in ("median", "min"):
             raise InputError(f"unknown reduction '{reduce}' (allowed: median, min)", field="reduce")
@@ -784,8 +784,8 @@ def app_reduction(app: App) -> Mapping[str, Any]:
     """The buffer reduction of ``app`` for its ``memory_limit_mb``: the one saved in its plan file
     (``sbrs build``) when that is current and made for this limit, else Algorithm 9 run now with
     ``sbrs build``'s defaults (``reduce_app``; an unreachable limit is an ``InputError``)."""
+    from sbrs.build.reduce import reduce_app
     from sbrs.plan import build_plan, default_plan_path, load_plan
-    from sbrs.runtime.parts_build import reduce_app
 
     assert app.config.memory_limit_mb is not None
     limit = int(app.config.memory_limit_mb * 1e6)

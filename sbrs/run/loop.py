@@ -38,8 +38,8 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 
 from sbrs.control.events import Observers, RunObserver
-from sbrs.runtime.control_node import SwitchRecord
-from sbrs.runtime.executor import Runtime
+from sbrs.runtime.execute.executor import Runtime
+from sbrs.runtime.switch.control_node import SwitchRecord
 
 if TYPE_CHECKING:
     from sbrs.control.controller import PolicyController
@@ -245,11 +245,11 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
     """``sbrs run``: load the app, serve the control socket, run frames (JSON lines to stdout or ``output``),
     the summary to stderr (and as JSON to ``summary_path``). ``observers`` (``RunObserver``) get every run
     event (metrics plug in here)."""
-    from sbrs.build.artifact import open_runtime
     from sbrs.control.controller import PolicyController
     from sbrs.errors import InputError
-    from sbrs.runtime.device import release_free_memory
-    from sbrs.runtime.frames import open_frames
+    from sbrs.run.frames import open_frames
+    from sbrs.runtime.execute.device import release_free_memory
+    from sbrs.runtime.execute.open import open_runtime
 
     if frames is not None and frames < 0:
         raise InputError(f"{frames}: expected a number >= 0", field="--frames")

@@ -39,8 +39,8 @@ from sbrs.reduction.cost import AnalyticCostModel, MeasuredCostModel, layer_key,
 from sbrs.reduction.ga import GaParams
 from sbrs.reduction.rows import is_row_local, layer_height
 from sbrs.reduction.tiles import tile_groups
-from sbrs.runtime.parts import ScenarioParts
-from sbrs.runtime.reduced import ReducedRuntime
+from sbrs.runtime.compile.parts import ScenarioParts
+from sbrs.runtime.execute.reduced import ReducedRuntime
 
 __all__ = ["cached_costs", "costs_path", "device_name", "measure_costs"]
 

@@ -1,4 +1,4 @@
-"""How the SBRS MoC is cut into execution units (:mod:`sbrs.runtime.units` holds the result).
+"""How the SBRS MoC is cut into execution units (:mod:`sbrs.runtime.compile.units` holds the result).
 
 Step keys and sharing
     A step's identity is its *step key*: the supergraph layer and the value of its ``par`` control parameter
@@ -53,7 +53,7 @@ from sbrs.errors import InputError
 from sbrs.moc.model import Moc, Step
 from sbrs.model.cnn import INPUT_OP, OUTPUT_OP, CnnModel, Layer, TensorSpec, layer_work
 from sbrs.plan.tensors import tensor_id
-from sbrs.runtime.units import GRANULARITIES, StepKey, Unit, UnitLayout
+from sbrs.runtime.compile.units import GRANULARITIES, StepKey, Unit, UnitLayout
 
 if TYPE_CHECKING:
     import numpy as np

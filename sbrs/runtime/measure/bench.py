@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from sbrs.errors import InputError, SbrsRuntimeError
+from sbrs.runtime.execute.open import runtime_for
 
 WARMUP_FRAMES = 3
 
@@ -57,14 +58,14 @@ def _fps(run_frame: Callable[[], object], frames: int) -> float:
 def measure_throughput(app_path: str, *, frames: int, repeats: int, granularity: str | None) -> dict[str, Any]:
     """The fps part of the benchmark, in this process (module docstring)."""
     from sbrs.app import load_app
-    from sbrs.runtime.device import create_session
+    from sbrs.runtime.execute.device import create_session
 
     app = load_app(app_path)
-    runtime = app.runtime(granularity=granularity)
+    runtime = runtime_for(app, granularity=granularity)
     rng = np.random.default_rng(0)
     frame = rng.standard_normal(app.config.input.shape).astype(app.config.input.dtype)
     scenarios: dict[str, Any] = {}
-    facts = runtime.facts()  # units or band calls (``sbrs.runtime.reduced``): the same figures
+    facts = runtime.facts()  # units or band calls (``sbrs.runtime.execute.reduced``): the same figures
     with runtime:
         for scenario in app.config.scenarios:
             session = create_session(scenario.model_path, runtime.providers)
@@ -149,8 +150,9 @@ def _run_probe(label: str, command: list[str]) -> dict[str, int]:
 _SBRS_PROBE = """
 import gc, json, sys
 import numpy as np
-from sbrs.build.artifact import load_build, runtime_of_build
-from sbrs.runtime.device import release_free_memory
+from sbrs.build.artifact import load_build
+from sbrs.runtime.execute.device import release_free_memory
+from sbrs.runtime.execute.open import runtime_of_build
 args = json.loads(sys.argv[1])
 build = load_build(args["app"])
 runtime = runtime_of_build(build)
@@ -189,7 +191,7 @@ def measure_memory(app_path: str, *, granularity: str | None) -> dict[str, Any]:
     """
     from sbrs.app.config import load_app_config
     from sbrs.build.artifact import build_dir, compile_in_child, verify_build
-    from sbrs.runtime.device import resolve_providers
+    from sbrs.runtime.execute.device import resolve_providers
 
     config = load_app_config(app_path)
     providers = resolve_providers(tuple(config.runtime.providers), where=config.path)
@@ -408,7 +410,7 @@ def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | No
     import random
 
     from sbrs.app import load_app
-    from sbrs.runtime.device import create_session
+    from sbrs.runtime.execute.device import create_session
 
     unknown = [m for m in methods if m not in SWITCH_METHODS]
     if repeats < 1 or unknown or not methods:
@@ -418,7 +420,7 @@ def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | No
     shape, dtype = app.config.input.shape, app.config.input.dtype
     frame = np.random.default_rng(seed).standard_normal(shape).astype(dtype)
     paths = {s.name: s.model_path for s in app.config.scenarios}
-    runtime = app.runtime(granularity=granularity, transition="sbrs-tp", transition_arena=transition_arena)
+    runtime = runtime_for(app, granularity=granularity, transition="sbrs-tp", transition_arena=transition_arena)
     del app
     rng = random.Random(seed)
     with runtime:

@@ -4,7 +4,7 @@ Given a scenario (a :class:`~sbrs.model.cnn.CnnModel`) and band heights per laye
 :func:`compile_parts` turns the CSDF schedule of thesis Algorithm 10 (line 5) into *calls* of ONNX Runtime
 sessions, sizes one line buffer per tensor and places every buffer of every scenario in ONE arena planned with
 :mod:`sbrs.memory` (Algorithm 10, line 9); :func:`call_model` gives each call's ONNX model. Nothing here runs:
-:class:`sbrs.runtime.reduced.ReducedRuntime` (the runtime, with SBRS-TP switching) executes the calls from
+:class:`sbrs.runtime.execute.reduced.ReducedRuntime` (the runtime, with SBRS-TP switching) executes the calls from
 their run-time form (``ScenarioCalls``), for an app's build, an app in memory or bare models
 (``ReducedRuntime.from_models``). A run from a build never imports this module.
 
@@ -102,7 +102,7 @@ BANDABLE_OPS: frozenset[str] = WINDOW_OPS | ROWWISE_OPS
 
 ROWS = "rows"
 NCHW = "nchw"
-#: The key of a feed call (no session: the runtime copies frame rows, ``sbrs.runtime.reduced``).
+#: The key of a feed call (no session: the runtime copies frame rows, ``sbrs.runtime.execute.reduced``).
 FEED = "feed"
 _TO_NCHW = (1, 2, 0, 3)
 _TO_ROWS = (2, 0, 1, 3)

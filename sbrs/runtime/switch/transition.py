@@ -15,7 +15,7 @@ Hazards, and where this deviates from the thesis
     concurrently. The hazard is the *arena*: the old frame and the new frame live in one arena whose offsets
     were planned for one scenario at a time, the frame input slot is one tensor for every scenario, a shared
     unit writes the same supergraph tensor for every user, and "a tensor may hold different values in
-    different scenarios" (``sbrs.runtime.units``). So the analysis here is Algorithm 6 with line 6 replaced by
+    different scenarios" (``sbrs.runtime.compile.units``). So the analysis here is Algorithm 6 with line 6 replaced by
     a byte test::
 
         x_i = max(x_{i-1} + 1, max{ j : accesses(φ^o_j) and accesses(φ^n_i) overlap, one of them writing })
@@ -56,7 +56,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from sbrs.errors import SbrsRuntimeError
-from sbrs.runtime.units import BoundaryTensor, UnitLayout, UnitPlan
+from sbrs.runtime.compile.units import BoundaryTensor, UnitLayout, UnitPlan
 
 if TYPE_CHECKING:  # planning (sbrs.memory) happens when an app is compiled, not when a build is run
     from sbrs.memory import Live
@@ -323,7 +323,7 @@ def plan_shadow(plan: UnitPlan) -> tuple[UnitPlan, dict[str, int]]:
     ``sbrs bench --switching`` (about the sum of two scenarios' peaks instead of the largest one).
     """
     from sbrs.memory import Block, Live, Problem, check_plan, lower_bound, plan_arena
-    from sbrs.runtime.arena import arena_problem
+    from sbrs.runtime.compile.arena import arena_problem
 
     layout = UnitLayout(plan.units, plan.sequences, plan.inputs, plan.outputs, {t.id: t.spec for t in plan.tensors})
     base = arena_problem(layout, plan.alignment)

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from sbrs.errors import SbrsRuntimeError
 from sbrs.memory import Block, Live, Problem, check_plan, lower_bound, merge_blocks, plan_arena
-from sbrs.runtime.units import BoundaryTensor, UnitLayout, UnitPlan
+from sbrs.runtime.compile.units import BoundaryTensor, UnitLayout, UnitPlan
 
 ARENA_ALIGNMENT = 64
 

@@ -1,15 +1,15 @@
 """The runtime: one session per execution unit, one arena, bindings made once, a frame is a list of calls.
 
-    >>> with load_app("apps/tiny.yaml").runtime() as rt:          # doctest: +SKIP
+    >>> with runtime_for(load_app("apps/tiny.yaml")) as rt:          # doctest: +SKIP
     ...     outputs = rt.infer(frame)                             # {"output": array of shape (1, 10)}
     ...     rt.switch("skip")
 
 Building (``Runtime.__init__``): derive the MoC (Algorithm 5) with the app's adaptive set A, cut it into
-execution units (``sbrs.runtime.units``), plan the boundary tensors into one arena and check the plan
-(``sbrs.runtime.arena``), then load every unit once, whatever the number of scenarios using it, and bind its
+execution units (``sbrs.runtime.compile.units``), plan the boundary tensors into one arena and check the plan
+(``sbrs.runtime.compile.arena``), then load every unit once, whatever the number of scenarios using it, and bind its
 inputs and outputs to their arena slots once per (scenario, unit). The app's models are not kept: after
 building, the runtime holds only sessions, bindings, the arena and the (small) ``UnitPlan``. Drop the
-``App`` afterwards and call ``sbrs.runtime.device.release_free_memory()`` to give the parsed weights' memory
+``App`` afterwards and call ``sbrs.runtime.execute.device.release_free_memory()`` to give the parsed weights' memory
 back to the system (``sbrs run`` and ``sbrs bench`` do).
 
 Per frame (``infer``): check the frame, copy it into the arena, call ``run_with_iobinding`` for each unit of
@@ -17,14 +17,14 @@ the current scenario, copy the graph outputs out (the caller owns the copies). A
 raises ``InputError`` before anything is touched, so the runtime stays usable.
 
 Switching (thesis 5.7.4, 5.9): ``switch(name)`` only hands a switch request (SSR) to the control node
-(``sbrs.runtime.control_node``), from any thread; it never waits for inference. The frame in flight always
+(``sbrs.runtime.switch.control_node``), from any thread; it never waits for inference. The frame in flight always
 finishes on the old scenario with its own output; the next frame runs on the new one; no frame is dropped or
 run twice. ``infer`` (one frame at a time) applies a request between frames. ``process(frames)`` is the
 pipelined entry point ``sbrs run`` uses: it sees the next frame while one is in flight, so under SBRS-TP
 (app.yaml ``runtime.transition: sbrs-tp``) a request noticed after old step j starts the next frame on the new
 scenario at once, before the old frame's remaining steps (``_Transition``, schedule ``priority``) or beside
 them on a worker thread (``threads``), or, after its last step, before its copy-out (``_NewFirst``); new
-step i waits for old step ``wait_i`` of the transition table (``sbrs.runtime.transition``: Algorithm 6 with
+step i waits for old step ``wait_i`` of the transition table (``sbrs.runtime.switch.transition``: Algorithm 6 with
 arena-byte hazards, Algorithm 7 event-driven). Results are
 yielded as their outputs exist, so the caller holds the new scenario's output as soon as it is computed, and
 the old frame's result right after (``order="stream"`` keeps stream order). Under ``naive`` the request waits
@@ -46,8 +46,7 @@ import numpy as np
 
 from sbrs.control.events import Observers, RunObserver
 from sbrs.errors import InputError, SbrsRuntimeError
-from sbrs.runtime.control_node import ControlNode, SwitchRecord, SwitchRequest
-from sbrs.runtime.device import (
+from sbrs.runtime.execute.device import (
     ArenaMemory,
     ThreadPool,
     copy_model,
@@ -58,8 +57,14 @@ from sbrs.runtime.device import (
     resolve_providers,
     use_global_thread_pool,
 )
-from sbrs.runtime.transition import TRANSITION_MODES, PairTable, TransitionPlan, build_transition_plan, plan_shadow
-from sbrs.runtime.units import MIN_SWITCH_STEP_WORK, UnitPlan
+from sbrs.runtime.switch.control_node import ControlNode, SwitchRecord, SwitchRequest
+from sbrs.runtime.switch.transition import (
+    TRANSITION_MODES,
+    PairTable,
+    TransitionPlan,
+    build_transition_plan,
+    plan_shadow,
+)
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -69,7 +74,6 @@ if TYPE_CHECKING:
     from sbrs.app.app import App
     from sbrs.app.config import AppConfig
     from sbrs.build.artifact import LoadedBuild
-    from sbrs.moc import Moc
 
 Frame = np.ndarray | Mapping[str, np.ndarray]
 TRANSITION_ARENAS: tuple[str, ...] = ("shared", "shadow")
@@ -90,29 +94,6 @@ class FrameResult:
     outputs: dict[str, np.ndarray]
     latency_s: float
     switch: SwitchRecord | None = None
-
-
-def build_unit_plan(app: App, granularity: str | None = None, moc: Moc | None = None,
-                    transition: str | None = None) -> UnitPlan:
-    """The ``UnitPlan`` of ``app`` (units, sequences, arena offsets), checked, without loading anything.
-
-    Under SBRS-TP (``transition``, default the app's) units of an app with several scenarios are also cut at up
-    to ``runtime.switch_steps`` switch points per frame (``sbrs.runtime.layout``): the old step in flight is what
-    a switch waits for.
-    """
-    from sbrs.moc import derive_moc
-    from sbrs.runtime.arena import plan_layout
-    from sbrs.runtime.layout import layout_units
-
-    moc = moc or derive_moc(app.models, app.config.adaptive)
-    options = app.config.runtime
-    chosen = granularity or options.granularity
-    # switch points only serve switches: an app of one scenario never switches and runs whole units
-    switch_steps = options.switch_steps if (transition or options.transition) == "sbrs-tp" and len(app.models) > 1 \
-        else 1
-    layout = layout_units(app.models, moc, chosen, share_min_bytes=int(options.share_min_mb * 1e6),
-                          switch_steps=switch_steps, min_step_work=MIN_SWITCH_STEP_WORK)
-    return plan_layout(layout, app=app.name, granularity=chosen, adaptive=tuple(app.config.adaptive))
 
 
 def runtime_options(config: AppConfig, transition: str | None, transition_arena: str | None,
@@ -141,7 +122,7 @@ class Runtime:
     arena and the hazard analysis serialises the new steps that would touch the old frame's bytes; ``shadow``
     (default under SBRS-TP) runs a transition's new frame in shadow slots planned apart from the old frame
     (about twice the arena of boundary tensors; new steps wait for little or nothing,
-    ``sbrs.runtime.transition.plan_shadow``). ``transition_schedule``: ``priority``
+    ``sbrs.runtime.switch.transition.plan_shadow``). ``transition_schedule``: ``priority``
     (default) runs both frames on the calling thread, a new step as soon as its wait allows, an old step
     otherwise; ``threads`` runs the new frame on a worker thread concurrently with the old one (Algorithm 7's
     parallelism; pays off only with cores to spare, see ``_Transition``). ``observers`` get the run events.
@@ -158,7 +139,7 @@ class Runtime:
         mode, transition_arena = runtime_options(config, transition, transition_arena, transition_schedule)
         if build is not None and build.reduced is not None:
             raise InputError("the build runs by parts (band calls, not units): open it with "
-                             "sbrs.build.artifact.runtime_of_build or app.runtime()", field="build")
+                             "sbrs.runtime.execute.open.runtime_of_build or sbrs.runtime_for(app)", field="build")
         if build is not None and not build.matches(granularity, mode, transition_arena):
             raise InputError(f"the build was compiled for granularity {build.granularity}, transition "
                              f"{build.transition}, arena {build.transition_arena}; run `sbrs build` with the "
@@ -173,6 +154,7 @@ class Runtime:
             assert app is not None
             from sbrs.moc import derive_moc
             from sbrs.model import naive_buffer_bytes, params_bytes
+            from sbrs.runtime.compile.plan import build_unit_plan
 
             moc = derive_moc(app.models, config.adaptive)
             self.plan = build_unit_plan(app, granularity, moc, transition=mode)
@@ -193,7 +175,7 @@ class Runtime:
                 # copies (multi-cnn: 325-335 -> 307-309 MB peak RSS, the steady state unchanged)
                 release_free_memory()
             else:
-                from sbrs.runtime.layout import unit_model
+                from sbrs.runtime.compile.layout import unit_model
 
                 assert app is not None
                 self._sessions[unit.id] = create_session(unit_model(app.models, moc, unit, specs, app.name),
@@ -422,9 +404,9 @@ class Runtime:
 
     def bound_accesses(self, *, new_frame: bool = False) -> dict[str, tuple[Any, ...]]:
         """Each scenario's steps as the bytes really bound (``StepAccess``, offsets from the arena's base):
-        what ``sbrs.runtime.transition.check_schedule`` checks against the transition tables. ``new_frame``:
+        what ``sbrs.runtime.switch.transition.check_schedule`` checks against the transition tables. ``new_frame``:
         the bindings a transition's new frame uses (the shadow slots under arena ``shadow``)."""
-        from sbrs.runtime.transition import StepAccess
+        from sbrs.runtime.switch.transition import StepAccess
 
         bindings = getattr(self, "_shadow_bindings", self._bindings) if new_frame else self._bindings
         return {scenario: tuple(StepAccess(unit_id, tuple(bindings[(scenario, step)][0]),
@@ -760,7 +742,7 @@ class _NewFirst:
 class _Transition:
     """One SBRS-TP transition: the rest of the old frame and the whole next frame on the new scenario.
 
-    Constraints (Algorithm 7 with the tables of ``sbrs.runtime.transition``): old steps run in order, new
+    Constraints (Algorithm 7 with the tables of ``sbrs.runtime.switch.transition``): old steps run in order, new
     steps run in order, new step i starts only once old steps 1..wait_i have finished. The SSR was acted on
     after old step ``ssr_step`` (Algorithm 7, line 2). ``deliver`` runs both frames and yields each result as
     its outputs exist (``completion``) or old first (``stream``). Two schedules keep the constraints:
