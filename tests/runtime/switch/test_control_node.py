@@ -13,8 +13,9 @@ import pytest
 from sbrs.app import App
 from sbrs.control.controller import PolicyController
 from sbrs.control.events import Observers
-from sbrs.runtime.control_node import ControlNode
-from sbrs.runtime.loop import run_frames
+from sbrs.run.loop import run_frames
+from sbrs.runtime import runtime_for
+from sbrs.runtime.switch.control_node import ControlNode
 from sbrs.server import Server
 from sbrs.server.client import Connection
 from sbrs.server.protocol import ObservedRequestStats
@@ -113,7 +114,7 @@ def test_burst_of_socket_requests_while_frames_run(load_example: Callable[[str],
     refs = References(app)
     recorder = Recorder()
     observers = Observers([recorder])
-    runtime = app.runtime(transition="sbrs-tp", observers=observers)
+    runtime = runtime_for(app, transition="sbrs-tp", observers=observers)
     controller = PolicyController(app.config, runtime.switch, current=runtime.scenario, switch_source=True)
     path = sock_dir / "tiny.sock"
     frames = [random_frame(app, k) for k in range(4)]

@@ -10,8 +10,8 @@ import pytest
 
 from sbrs.app import App
 from sbrs.errors import InputError, SbrsRuntimeError
-
-from .conftest import References, assert_equivalent, random_frame
+from sbrs.runtime import runtime_for
+from tests.runtime.conftest import References, assert_equivalent, random_frame
 
 
 def one_line(error: pytest.ExceptionInfo[InputError]) -> str:
@@ -24,7 +24,7 @@ def test_rejected_frames_and_switches_leave_the_runtime_working(load_example: Ca
     app = load_example("tiny")
     references = References(app)
     frame = random_frame(app, 9)
-    with app.runtime() as runtime:
+    with runtime_for(app) as runtime:
         runtime.switch("skip")
         bad_frames = [
             frame[:, :, :31],                                   # wrong shape
@@ -52,16 +52,16 @@ def test_an_unavailable_provider_is_named_with_the_available_ones(load_example: 
     options = replace(app.config.runtime, providers=("CUDAExecutionProvider",))
     broken = replace(app, config=replace(app.config, runtime=options))
     with pytest.raises(InputError) as error:
-        broken.runtime()
+        runtime_for(broken)
     text = one_line(error)
     assert "CUDAExecutionProvider" in text and "CPUExecutionProvider" in text
     unknown = replace(app, config=replace(app.config, runtime=replace(options, providers=("FancyProvider",))))
     with pytest.raises(InputError, match="FancyProvider"):
-        unknown.runtime()
-    with app.runtime() as runtime:  # nothing was broken by the failed attempts
+        runtime_for(unknown)
+    with runtime_for(app) as runtime:  # nothing was broken by the failed attempts
         runtime.infer(random_frame(app, 1))
 
 
 def test_unknown_granularity_is_an_input_error(load_example: Callable[[str], App]) -> None:
     with pytest.raises(InputError, match="granularity"):
-        load_example("tiny").runtime(granularity="block")
+        runtime_for(load_example("tiny"), granularity="block")

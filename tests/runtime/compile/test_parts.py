@@ -1,6 +1,6 @@
 """Execution by parts on ONNX Runtime: invariant 1 under reduction, arena safety.
 
-The calls ``sbrs.runtime.parts`` compiles run on the one runtime by parts (``sbrs.runtime.reduced``), made
+The calls ``sbrs.runtime.compile.parts`` compiles run on the one runtime by parts (``sbrs.runtime.execute.reduced``), made
 from models (``ReducedRuntime.from_models``) or from an example app (``reduced_plan``). Every zoo CNN at a
 small resolution runs with the maximal reduction the planner allows (1-row bands in every row-local layer)
 and with a mixed configuration (band heights 1, 2, 4, 8 and whole, by layer), and must equal its own
@@ -23,8 +23,8 @@ from sbrs.model.fold import fold_model
 from sbrs.model.onnx_export import to_onnx
 from sbrs.reduction import cut_genes, maximal_bands, plan_reduction, reduction_genes
 from sbrs.reduction.tiles import tile_groups
-from sbrs.runtime.parts import PartsPlan, call_model, compile_parts, executable_bands
-from sbrs.runtime.reduced import ReducedRuntime, reduced_plan, runtime_from_app
+from sbrs.runtime.compile.parts import PartsPlan, call_model, compile_parts, executable_bands
+from sbrs.runtime.execute.reduced import ReducedRuntime, reduced_plan, runtime_from_app
 from tests.conftest import APPS, ort_session
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 
@@ -178,7 +178,7 @@ def test_api_errors_leave_the_runtime_usable() -> None:
 
 
 def test_timed_calls_time_every_step_feeds_included_and_change_nothing() -> None:
-    """What the cost table (``sbrs.runtime.parts_cost``) splits over the layers: one figure per step."""
+    """What the cost table (``sbrs.runtime.measure.parts_cost``) splits over the layers: one figure per step."""
     model = zoo_model("squeezenet1_1")
     frame = frame_of(model)
     with ReducedRuntime.from_models({"sq": model}, {"sq": maximal_bands(model, stream_input=True)}) as runtime:

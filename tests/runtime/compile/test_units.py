@@ -12,19 +12,18 @@ from sbrs.app import App
 from sbrs.memory import check_plan, plan_arena
 from sbrs.moc import derive_moc
 from sbrs.model import layer_work
-from sbrs.runtime import UnitPlan, build_unit_plan
-from sbrs.runtime.arena import arena_problem
-from sbrs.runtime.layout import layout_units
-from sbrs.runtime.units import MIN_SWITCH_STEP_WORK
-
-from .conftest import References, assert_equivalent, random_frame
+from sbrs.runtime import UnitPlan, build_unit_plan, runtime_for
+from sbrs.runtime.compile.arena import arena_problem
+from sbrs.runtime.compile.layout import layout_units
+from sbrs.runtime.compile.units import MIN_SWITCH_STEP_WORK
+from tests.runtime.conftest import References, assert_equivalent, random_frame
 
 
 @pytest.mark.parametrize("name", ["tiny", "cifar10", "pamap2"])
 def test_each_unit_is_loaded_once_however_many_scenarios_use_it(load_example: Callable[[str], App],
                                                                  name: str) -> None:
     app = load_example(name)
-    with app.runtime() as runtime:
+    with runtime_for(app) as runtime:
         plan = runtime.plan
         calls = sum(len(sequence) for sequence in plan.sequences.values())
         assert runtime.session_count == len(plan.units) < calls  # shared units: fewer sessions than calls
@@ -82,7 +81,7 @@ def test_arena_plan_is_safe_and_every_bound_view_lies_inside(load_example: Calla
     assert bound <= set(offsets)
     for tensor in plan.tensors:
         assert tensor.offset % 64 == 0 and tensor.offset >= 0 and tensor.offset + tensor.nbytes <= plan.arena_bytes
-    with app.runtime(granularity=granularity) as runtime:
+    with runtime_for(app, granularity=granularity) as runtime:
         bounds = runtime.arena_view_bounds()
         assert {tensor for tensor, _, _ in bounds} == set(offsets)
         assert all(0 <= start < end <= runtime.arena_bytes for _, start, end in bounds)
@@ -100,7 +99,7 @@ def test_unit_plan_round_trips_through_json(load_example: Callable[[str], App]) 
 def test_outputs_are_copies_owned_by_the_caller(load_example: Callable[[str], App]) -> None:
     app = load_example("tiny")
     frame = random_frame(app, 5)
-    with app.runtime() as runtime:
+    with runtime_for(app) as runtime:
         first = runtime.infer(frame)
         expected = {name: value.copy() for name, value in first.items()}
         for value in first.values():
@@ -122,7 +121,7 @@ def test_small_shared_runs_are_compiled_into_each_scenario(load_example: Callabl
     assert all(len(unit.scenarios) == 1 for unit in private.units)
     assert all(len(calls) == 1 for calls in private.sequences.values())
     references = References(app)
-    with threshold.runtime() as runtime:
+    with runtime_for(threshold) as runtime:
         for scenario in runtime.scenarios:
             runtime.switch(scenario)
             frame = random_frame(app, 3)

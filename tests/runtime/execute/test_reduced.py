@@ -1,4 +1,4 @@
-"""Processing by parts inside the one runtime (``sbrs.runtime.reduced``): an app with ``memory_limit_mb`` runs
+"""Processing by parts inside the one runtime (``sbrs.runtime.execute.reduced``): an app with ``memory_limit_mb`` runs
 band calls behind the ``Runtime`` API, within its limit, with outputs equal to ONNX Runtime on each scenario's
 own model (invariant 1), in steady state and on both frames around every switch, under SBRS-TP and naive;
 with the frame streamed too (a band on the graph input: feeds copy its rows into a line buffer), in memory and
@@ -20,13 +20,14 @@ import pytest
 
 from sbrs.app import App, load_app
 from sbrs.cli import main
-from sbrs.runtime.executor import Runtime
-from sbrs.runtime.reduced import ReducedRuntime, parts_accesses, reduced_plan, runtime_from_app, strategy_of
-from sbrs.runtime.transition import StepAccess, check_schedule, hazard_waits
+from sbrs.runtime import runtime_for
+from sbrs.runtime.execute.executor import Runtime
+from sbrs.runtime.execute.reduced import ReducedRuntime, parts_accesses, reduced_plan, runtime_from_app, strategy_of
+from sbrs.runtime.switch.transition import StepAccess, check_schedule, hazard_waits
 from tests.conftest import modules_a_run_loads
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 
-LIMITED = Path(__file__).resolve().parents[1] / "data" / "limited" / "limited.yaml"
+LIMITED = Path(__file__).resolve().parents[2] / "data" / "limited" / "limited.yaml"
 SMALL_SEARCH = ("--generations", "6", "--population", "12", "--cost", "analytic")  # deterministic
 
 
@@ -51,7 +52,7 @@ def refs(app: App) -> References:
 
 @pytest.fixture(scope="module")
 def runtime(app: App) -> ReducedRuntime:
-    rt = app.runtime()
+    rt = runtime_for(app)
     assert isinstance(rt, ReducedRuntime)
     return rt
 
@@ -136,7 +137,7 @@ def test_sbrs_tp_switch_at_every_step_keeps_both_frames_equal_to_onnx_runtime(ro
 
 
 def test_naive_switching_by_parts(app: App, refs: References) -> None:
-    with app.runtime(transition="naive") as rt:
+    with runtime_for(app, transition="naive") as rt:
         assert isinstance(rt, ReducedRuntime) and rt.transition == "naive"
         frames = [random_frame(app, seed) for seed in range(4)]
         rt.switch("full")
@@ -185,7 +186,7 @@ def test_the_unit_runtime_reports_its_memory_too(load_example: Callable[[str], A
 
 def test_without_the_build_the_app_compiles_the_saved_band_heights_in_memory(app: App, runtime: ReducedRuntime,
                                                                              refs: References) -> None:
-    with app.runtime(use_build=False) as in_memory:
+    with runtime_for(app, use_build=False) as in_memory:
         assert isinstance(in_memory, ReducedRuntime)
         assert in_memory.reduced.reduction["band_rows"] == runtime.reduced.reduction["band_rows"]
         assert in_memory.memory_report()["within_limit"]
@@ -207,11 +208,11 @@ def test_a_build_by_parts_is_not_a_build_of_units(limited: Path) -> None:
                                                       ("naive", "priority")])
 def test_switches_from_three_threads_never_lose_a_frame(app: App, refs: References, transition: str,
                                                         schedule: str) -> None:
-    from tests.runtime.test_switching_stress import DISTINCT_FRAMES, stress
+    from tests.runtime.switch.test_switching_stress import DISTINCT_FRAMES, stress
 
     frames = [random_frame(app, 100 + k) for k in range(DISTINCT_FRAMES)]
     want = {(s, k): refs.outputs(s, frame) for s in refs.sessions for k, frame in enumerate(frames)}
-    with app.runtime(transition=transition, transition_schedule=schedule) as rt:
+    with runtime_for(app, transition=transition, transition_schedule=schedule) as rt:
         assert isinstance(rt, ReducedRuntime)
         for order in ("completion", "stream"):
             results = stress(rt, frames, 0.4, seed=5, order=order)
@@ -311,10 +312,11 @@ def test_sbrs_tp_switch_at_every_step_with_a_streamed_input(streamed: ReducedRun
 
 def test_a_build_with_a_streamed_input_loads_and_runs(app: App, runtime: ReducedRuntime, refs: References,
                                                       tmp_path: Path) -> None:
-    """``sbrs build`` writes what ``reduced_plan`` compiles, feeds included; ``sbrs run`` and ``app.runtime()``
+    """``sbrs build`` writes what ``reduced_plan`` compiles, feeds included; ``sbrs run`` and ``runtime_for(app)``
     load it (its feeds from the manifest, no session for them) and run it equal to ONNX Runtime."""
-    from sbrs.build.artifact import load_build, runtime_of_build
+    from sbrs.build.artifact import load_build
     from sbrs.build.compile import compile_app
+    from sbrs.runtime.execute.open import runtime_of_build
 
     path = tmp_path / "limited.yaml"  # a copy: its build is the streamed one
     shutil.copy(app.config.path, path)

@@ -1,11 +1,11 @@
-"""Transition tables (``sbrs.runtime.transition``): what a table promises about overlap."""
+"""Transition tables (``sbrs.runtime.switch.transition``): what a table promises about overlap."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sbrs.runtime.transition import PairTable
+from sbrs.runtime.switch.transition import PairTable
 
 
 def _simulated_overlap(wait: tuple[int, ...], old_steps: int, ssr_step: int) -> int:

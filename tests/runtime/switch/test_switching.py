@@ -1,6 +1,6 @@
 """Switching: equivalence of every frame around switches, no frame lost or run twice, the hazard proof.
 
-Invariants 3 and 4 of DESIGN.md: the hazard checker (``sbrs.runtime.transition.check_schedule``) on every
+Invariants 3 and 4 of DESIGN.md: the hazard checker (``sbrs.runtime.switch.transition.check_schedule``) on every
 example app at both granularities, for the plan's offsets and for a live runtime's real bindings; outputs
 of the frames before, during and after random switch sequences (SSRs arriving mid-frame and mid-switch)
 equal each scenario's standalone ONNX Runtime outputs, naive and SBRS-TP, both schedules.
@@ -20,8 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sbrs.app import App
-from sbrs.runtime.executor import Runtime, build_unit_plan
-from sbrs.runtime.transition import (
+from sbrs.runtime import runtime_for
+from sbrs.runtime.compile.plan import build_unit_plan
+from sbrs.runtime.execute.executor import Runtime
+from sbrs.runtime.switch.transition import (
     build_transition_plan,
     check_plan_transitions,
     check_schedule,
@@ -29,7 +31,7 @@ from sbrs.runtime.transition import (
 )
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 
-APPS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "apps").glob("*.yaml"))
+APPS = sorted(p.stem for p in (Path(__file__).resolve().parents[3] / "apps").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("granularity", ["auto", "layer"])
@@ -58,10 +60,10 @@ def test_thesis_algorithm6_alone_is_unsafe_on_onnx_runtime(load_example: Callabl
 @pytest.fixture(scope="module")
 def tiny_runtimes(load_example: Callable[[str], App]) -> Iterator[dict[str, Runtime]]:
     app = load_example("tiny")
-    runtimes = {"naive": app.runtime(transition="naive"),
-                "tp-shadow": app.runtime(transition="sbrs-tp"),
-                "tp-shared": app.runtime(transition="sbrs-tp", transition_arena="shared"),
-                "tp-threads": app.runtime(transition="sbrs-tp", transition_schedule="threads")}
+    runtimes = {"naive": runtime_for(app, transition="naive"),
+                "tp-shadow": runtime_for(app, transition="sbrs-tp"),
+                "tp-shared": runtime_for(app, transition="sbrs-tp", transition_arena="shared"),
+                "tp-threads": runtime_for(app, transition="sbrs-tp", transition_schedule="threads")}
     yield runtimes
     for runtime in runtimes.values():
         runtime.close()
@@ -152,7 +154,7 @@ def test_bigger_apps_switch_correctly(load_example: Callable[[str], App], name: 
     app = load_example(name)
     refs = References(app)
     frames = [random_frame(app, k) for k in range(3)]
-    with app.runtime(transition="sbrs-tp") as runtime:
+    with runtime_for(app, transition="sbrs-tp") as runtime:
         scenarios = runtime.scenarios
         for old, new in zip(scenarios, scenarios[1:] + scenarios[:1], strict=True):
             for step in (1, max(1, len(runtime.plan.sequences[old]) // 2)):
@@ -171,7 +173,7 @@ def test_the_new_scenario_output_comes_first(load_example: Callable[[str], App],
     app = load_example("cifar10")
     refs = References(app)
     frames = [random_frame(app, k) for k in range(2)]
-    with app.runtime(transition="sbrs-tp", transition_schedule=schedule) as runtime:
+    with runtime_for(app, transition="sbrs-tp", transition_schedule=schedule) as runtime:
         old, new = runtime.scenarios[0], runtime.scenarios[1]
         table = runtime.transitions.table(old, new)
         assert table.old_steps > 1 and table.wait[0] <= 1  # a transition from old step 1 can help
@@ -195,7 +197,7 @@ def test_one_step_frames_put_the_new_output_first_too(schedule: str) -> None:
     outputs (``plan_shadow``); when they did not, one-step apps silently switched at the frame boundary."""
     from sbrs.app import load_app
 
-    app = load_app(Path(__file__).resolve().parents[2] / "apps" / "tiny.yaml")
+    app = load_app(Path(__file__).resolve().parents[3] / "apps" / "tiny.yaml")
     refs = References(app)
     frames = (random_frame(app, 7), random_frame(app, 8))
     done: list[str] = []
@@ -204,7 +206,7 @@ def test_one_step_frames_put_the_new_output_first_too(schedule: str) -> None:
         def frame_done(self, scenario: str, seconds: float) -> None:
             done.append(scenario)
 
-    with app.runtime(use_build=False, transition="sbrs-tp", transition_schedule=schedule,
+    with runtime_for(app, use_build=False, transition="sbrs-tp", transition_schedule=schedule,
                      observers=[FramesDone()]) as runtime:
         for old in runtime.scenarios:
             for new in runtime.scenarios:
@@ -237,7 +239,7 @@ def test_a_caller_that_stops_after_the_new_output_leaves_the_runtime_consistent(
     app = load_example("cifar10")
     refs = References(app)
     frames = [random_frame(app, k) for k in range(3)]
-    with app.runtime(transition="sbrs-tp") as runtime:
+    with runtime_for(app, transition="sbrs-tp") as runtime:
         old, new = runtime.scenarios[0], runtime.scenarios[2]
         runtime.switch(old)
         runtime.infer(frames[2])

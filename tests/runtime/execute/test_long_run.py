@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from sbrs.app import App
-from sbrs.runtime.loop import FrameRecord, run_frames
+from sbrs.run.loop import FrameRecord, run_frames
+from sbrs.runtime import runtime_for
 from tests.runtime.conftest import random_frame
 
 WARM_UP = 1000
@@ -27,7 +28,7 @@ def test_memory_per_switch_is_constant(load_example: Callable[[str], App]) -> No
     app = load_example("tiny")
     frame = random_frame(app, 0)
     traced: dict[int, int] = {}
-    with app.runtime() as runtime:
+    with runtime_for(app) as runtime:
         scenarios = itertools.cycle(runtime.scenarios)
 
         def switching_frames() -> Iterator[np.ndarray]:

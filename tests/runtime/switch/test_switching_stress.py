@@ -19,10 +19,11 @@ import numpy as np
 import pytest
 
 from sbrs.app import App
-from sbrs.runtime.executor import Runtime
+from sbrs.runtime import runtime_for
+from sbrs.runtime.execute.executor import Runtime
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 
-APPS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "apps").glob("*.yaml"))
+APPS = sorted(p.stem for p in (Path(__file__).resolve().parents[3] / "apps").glob("*.yaml"))
 DISTINCT_FRAMES = 3
 SECONDS_PER_CASE = 0.8
 #: (transition, arena, schedule) of every runtime configuration a switch can run under
@@ -80,7 +81,7 @@ def test_concurrent_switches_never_lose_a_frame(load_example: Callable[[str], Ap
         for case, (transition, arena, schedule) in enumerate(CONFIGURATIONS):
             runtime = runtimes.get((transition, arena))
             if runtime is None:
-                runtime = runtimes[(transition, arena)] = app.runtime(transition=transition, transition_arena=arena)
+                runtime = runtimes[(transition, arena)] = runtime_for(app, transition=transition, transition_arena=arena)
             runtime.transition_schedule = schedule
             for order in ("completion", "stream"):
                 where = f"{name} {transition}/{arena}/{schedule}/{order}"

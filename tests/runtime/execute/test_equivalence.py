@@ -13,9 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sbrs.app import App
-from sbrs.runtime import Runtime
-
-from .conftest import References, assert_equivalent, random_frame, with_adaptive
+from sbrs.runtime import Runtime, runtime_for
+from tests.runtime.conftest import References, assert_equivalent, random_frame, with_adaptive
 
 SMALL_APPS = ("tiny", "cifar10", "pamap2")
 ADAPTIVE_SETS = (("I", "O", "par"), ("I", "O"))
@@ -36,7 +35,7 @@ def check_every_scenario(app: App, runtime: Runtime, references: References, see
 def test_small_apps_equal_onnxruntime(load_example: Callable[[str], App], name: str, granularity: str,
                                       adaptive: tuple[str, ...]) -> None:
     app = with_adaptive(load_example(name), adaptive)
-    with app.runtime(granularity=granularity) as runtime:
+    with runtime_for(app, granularity=granularity) as runtime:
         check_every_scenario(app, runtime, References(app), seeds=(1, 2))
 
 
@@ -50,7 +49,7 @@ def test_small_apps_equal_onnxruntime(load_example: Callable[[str], App], name: 
 def test_big_apps_equal_onnxruntime(load_example: Callable[[str], App], name: str, granularity: str,
                                     adaptive: tuple[str, ...]) -> None:
     app = with_adaptive(load_example(name), adaptive)
-    with app.runtime(granularity=granularity) as runtime:
+    with runtime_for(app, granularity=granularity) as runtime:
         check_every_scenario(app, runtime, References(app), seeds=(3,))
 
 
@@ -60,7 +59,7 @@ def test_equal_on_every_frame_of_random_switch_sequences(load_example: Callable[
                                                          granularity: str) -> None:
     app = load_example(name)
     references = References(app)
-    runtime = app.runtime(granularity=granularity)
+    runtime = runtime_for(app, granularity=granularity)
     scenarios = app.config.scenario_names
 
     @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

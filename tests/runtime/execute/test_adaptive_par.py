@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from sbrs.app import load_app
-
-from .conftest import References, assert_equivalent, random_frame
+from sbrs.runtime import runtime_for
+from tests.runtime.conftest import References, assert_equivalent, random_frame
 
 APP = """
 name: par-demo
@@ -28,7 +28,7 @@ def test_layers_with_other_weights_are_separate_units_and_still_equivalent(tmp_p
     app = load_app(path)
     references = References(app)
     for granularity in ("auto", "layer"):
-        with app.runtime(granularity=granularity) as runtime:
+        with runtime_for(app, granularity=granularity) as runtime:
             plan = runtime.plan
             with_par = [unit for unit in plan.units if any(step.values for step in unit.steps)]
             assert len(with_par) >= 2  # steps keyed by their par value: one unit per weight value
