@@ -21,11 +21,13 @@ from typing import Any
 import numpy as np
 import onnx
 
+from sbrs.runtime import runtime_for
+
 
 def check_model(path: Path, frames: int, repeats: int) -> dict[str, Any]:
     from sbrs.errors import SbrsError
-    from sbrs.runtime.bench import bench_app
-    from sbrs.runtime.device import create_session
+    from sbrs.runtime.execute.device import create_session
+    from sbrs.runtime.measure.bench import bench_app
 
     source = onnx.load(str(path), load_external_data=False)
     parameters = {t.name for t in source.graph.initializer}
@@ -42,7 +44,7 @@ def check_model(path: Path, frames: int, repeats: int) -> dict[str, Any]:
 
             loaded = load_app(app)
             frame = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-            with loaded.runtime() as runtime:
+            with runtime_for(loaded) as runtime:
                 got = runtime.infer(frame)
             session = create_session(str(path), ("CPUExecutionProvider",))
             want = dict(zip((o.name for o in session.get_outputs()),

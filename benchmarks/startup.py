@@ -65,7 +65,7 @@ print("PSS", int(rollup["Pss"].split()[0]) * 1024, flush=True)
 # already be gone).
 SBRS_SCRIPT = r"""
 import sys
-import sbrs.runtime.loop as loop
+import sbrs.run.loop as loop
 from sbrs.cli import main
 run_frames = loop.run_frames
 def frames_then_rss(*args, **kwargs):

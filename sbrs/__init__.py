@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sbrs.app import App
+    from sbrs.runtime import Runtime
 
 __version__ = "0.1.0"
 
@@ -16,3 +17,10 @@ def load_app(path: str | Path) -> App:
     from sbrs.app import load_app as _load_app
 
     return _load_app(path)
+
+
+def runtime_for(app: App, *, use_build: bool = True, **options: Any) -> Runtime:
+    """The runtime of a loaded app: its current build, else compiled in memory (see ``sbrs.runtime.runtime_for``)."""
+    from sbrs.runtime import runtime_for as _runtime_for
+
+    return _runtime_for(app, use_build=use_build, **options)

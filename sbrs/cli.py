@@ -106,9 +106,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     report = {**plan.report(), "plan_path": str(plan_path), "tensors_in_arena": "all",
               "memory_limit_bytes": None if limit_mb is None else int(limit_mb * 1e6)}
     reduction = None
-    if limit_mb is not None:  # thesis Algorithm 9 (sbrs.runtime.parts_build): early exit, else the GA
+    if limit_mb is not None:  # thesis Algorithm 9 (sbrs.build.reduce): early exit, else the GA
+        from sbrs.build.reduce import parse_min_fps, progress_printer, reduce_app
         from sbrs.reduction import GaParams
-        from sbrs.runtime.parts_build import parse_min_fps, progress_printer, reduce_app
 
         if limit_mb <= 0:
             raise InputError(f"memory limit must be > 0 MB, got {limit_mb:g}", field="memory_limit_mb")
@@ -164,7 +164,7 @@ def cmd_build(args: argparse.Namespace) -> int:
                  else ", and ONNX Runtime's optimised form of each for this machine")
               + " (figures above are planned from the models; `sbrs bench` measures process memory)")
         if reduction is not None:
-            from sbrs.runtime.parts_build import format_reduction
+            from sbrs.build.reduce import format_reduction
 
             print(format_reduction(reduction))
             print(f"the chosen band heights are saved in the plan ({plan_path})")
@@ -186,7 +186,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from sbrs.build.artifact import build_dir, compile_in_child, read_manifest
-    from sbrs.runtime.loop import run_app
+    from sbrs.run.loop import run_app
 
     folder = build_dir(args.app)
     if args.rebuild or not (folder / "manifest.json").exists():
@@ -218,7 +218,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         # impatient supervisor) must not turn a clean stop into a death by signal.
         import signal
 
-        from sbrs.runtime.loop import STOP_SIGNALS
+        from sbrs.run.loop import STOP_SIGNALS
 
         if threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
@@ -226,7 +226,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from sbrs.runtime.bench import bench_app, format_report, format_switching, measure_switching
+    from sbrs.runtime.measure.bench import bench_app, format_report, format_switching, measure_switching
 
     if args.switching:
         report = measure_switching(args.app, repeats=args.repeats or 10, granularity=args.granularity,

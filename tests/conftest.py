@@ -11,12 +11,17 @@ import ast
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnx
 import onnxruntime as ort
 import pytest
+
+if TYPE_CHECKING:
+    from sbrs.app import App
 
 REPO = Path(__file__).resolve().parents[1]
 APPS = sorted((REPO / "apps").glob("*.yaml"))
@@ -33,9 +38,28 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         os.environ["SBRS_CACHE_DIR"] = previous
 
 
+@pytest.fixture(scope="session")
+def load_example() -> Callable[[str], App]:
+    """``load_example("tiny")`` → the app of apps/tiny.yaml with every shared run shared
+    (``runtime.share_min_mb = 0``), so the tests exercise shared units even on apps whose weights are small;
+    loaded once per test session. ``load_app`` gives the app with its own settings."""
+    from sbrs.app import load_app
+
+    loaded: dict[str, App] = {}
+
+    def load(name: str) -> App:
+        if name not in loaded:
+            app = load_app(REPO / "apps" / f"{name}.yaml")
+            loaded[name] = replace(app, config=replace(app.config, runtime=replace(app.config.runtime,
+                                                                                 share_min_mb=0.0)))
+        return loaded[name]
+
+    return load
+
+
 def ort_session(model: onnx.ModelProto | str | Path) -> ort.InferenceSession:
     """A CPU reference session on the global thread pool (created here on first use)."""
-    from sbrs.runtime.device import session_options, use_global_thread_pool
+    from sbrs.runtime.execute.device import session_options, use_global_thread_pool
 
     use_global_thread_pool(None)
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
@@ -45,13 +69,13 @@ def ort_session(model: onnx.ModelProto | str | Path) -> ort.InferenceSession:
 #: Modules the run of a build never needs (sbrs.build.artifact's docstring).
 FORBIDDEN = ("onnx", "pydantic", "sbrs.zoo", "sbrs.reduction", "deap", "sbrs.model.onnx_import",
              # compile-time stages and file parsing: a build carries their results
-             "yaml", "sbrs.moc.derive", "sbrs.memory.arena", "sbrs.plan.plan", "sbrs.runtime.layout",
-             "sbrs.runtime.parts",
+             "yaml", "sbrs.moc.derive", "sbrs.memory.arena", "sbrs.plan.plan", "sbrs.runtime.compile.layout",
+             "sbrs.runtime.compile.parts", "sbrs.runtime.compile.plan", "sbrs.build.reduce",
              # the control socket's event loop, with --no-socket
              "asyncio", "socket", "concurrent.futures", "shutil", "sbrs.server.server")
 #: ... and what a build of execution units does not need either: the model stage's types, the runtime by parts,
 #: the parsers of the other commands (``sbrs.cli.build_parser``).
-FORBIDDEN_FOR_UNITS = (*FORBIDDEN, "sbrs.model", "sbrs.runtime.reduced", "sbrs.server.client")
+FORBIDDEN_FOR_UNITS = (*FORBIDDEN, "sbrs.model", "sbrs.runtime.execute.reduced", "sbrs.server.client")
 
 
 def modules_a_run_loads(app: Path, forbidden: tuple[str, ...] = FORBIDDEN) -> list[str]:

@@ -19,7 +19,7 @@ from sbrs.app.config import InputSpec, load_app_config
 from sbrs.app.yaml_lines import load_yaml
 from sbrs.control import RequestError
 from sbrs.errors import InputError
-from sbrs.runtime.frames import open_frames
+from sbrs.run.frames import open_frames
 from sbrs.server.protocol import decode_message, parse_request
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,

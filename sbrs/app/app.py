@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sbrs.app.config import AppConfig, ScenarioConfig, load_app_config
 from sbrs.errors import InputError
 from sbrs.model import CnnModel, memory_figures, params_bytes
-
-if TYPE_CHECKING:
-    from sbrs.runtime import Runtime
 
 
 @dataclass(frozen=True)
@@ -28,40 +25,6 @@ class App:
     def model(self, scenario: str) -> CnnModel:
         return self.models[scenario]
 
-    def runtime(self, *, use_build: bool = True, **options: Any) -> Runtime:
-        """A ``sbrs.runtime.Runtime`` running this app's scenarios (options: see ``Runtime``).
-
-        With ``use_build`` (default), the app's ``sbrs build`` folder is used when it is current, intact, made
-        from this very configuration and compiled for the options asked; otherwise (no build, a stale or
-        damaged one, other options) the runtime is compiled from the models in memory, which this object
-        already holds, so nothing is refused here (``sbrs run`` refuses a bad build instead).
-
-        With ``memory_limit_mb`` set and reuse alone above it, the runtime runs band calls
-        (``sbrs.runtime.reduced.ReducedRuntime``, the same API): from the build, or compiled here from the
-        band heights saved in the app's plan file when it is current and made for this limit, else searched
-        now (``sbrs build``'s Algorithm 9 with its default options).
-        """
-        from sbrs.runtime import Runtime
-
-        if use_build:
-            from sbrs.build.artifact import MANIFEST, build_dir, load_build, runtime_of_build
-
-            if (build_dir(self.config.path) / MANIFEST).is_file():
-                try:
-                    build = load_build(self.config.path)
-                except InputError:
-                    build = None
-                if build is not None and _same_config(build.config, self.config) and _build_fits(build, options):
-                    return runtime_of_build(build, **options)
-        if self.config.memory_limit_mb is not None:
-            from sbrs.runtime.reduced import app_reduction, fit_reduction, runtime_from_app
-
-            reduction = app_reduction(self)
-            if not reduction["early_exit"]:
-                options.pop("granularity", None)
-                return runtime_from_app(self, fit_reduction(self, reduction), **options)
-        return Runtime(self, **options)
-
     def summary(self) -> dict[str, Any]:
         """Per-scenario model figures (thesis Eq. 2.6, naive buffers) and the app's unique-parameter total."""
         return {
@@ -73,26 +36,6 @@ class App:
                 for name, model in self.models.items()
             },
         }
-
-
-def _same_config(built: AppConfig, loaded: AppConfig) -> bool:
-    """Equal configurations up to where files lie (paths are compared by name: the build's fingerprint
-    already vouches for their content, and generated models are named by a key of their content)."""
-    from dataclasses import replace
-
-    def placeless(config: AppConfig) -> AppConfig:
-        return replace(config, path=Path(config.path).name, scenarios=tuple(
-            replace(s, defined_in=Path(s.defined_in).name, model_path=Path(s.model_path).name)
-            for s in config.scenarios))
-
-    return placeless(built) == placeless(loaded)
-
-
-def _build_fits(build: Any, options: dict[str, Any]) -> bool:
-    mode = options.get("transition") or build.config.runtime.transition
-    arena = options.get("transition_arena") or (build.transition_arena if mode == build.transition else
-                                                "shadow" if mode == "sbrs-tp" else "shared")
-    return bool(build.matches(options.get("granularity"), mode, arena))
 
 
 def _import_scenario(config: AppConfig, scenario: ScenarioConfig) -> CnnModel:

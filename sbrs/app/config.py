@@ -63,7 +63,7 @@ class ScenarioConfig:
 @dataclass(frozen=True)
 class RuntimeOptions:
     """``runtime:`` of the app. ``share_min_mb``: the least weight memory a run of steps must hold to be shared
-    by scenarios as one execution unit (``sbrs.runtime.units``); smaller runs are compiled into each scenario's
+    by scenarios as one execution unit (``sbrs.runtime.compile.units``); smaller runs are compiled into each scenario's
     own units. ``switch_steps``: under SBRS-TP, how many steps of similar work a frame is cut into at most, so
     a switch waits for about 1/switch_steps of the old frame."""
 

@@ -12,13 +12,13 @@
 ``c<key>.onnx`` (instead of units, for an app that runs by parts)
     one ONNX model per distinct band call of the ``ReducedPlan`` the manifest holds (``reduced``: band
     heights, line buffers with their arena offsets, the transition tables), when the app's memory limit
-    needs processing by parts (``sbrs.runtime.reduced``);
+    needs processing by parts (``sbrs.runtime.execute.reduced``);
 ``weights.bin``
     every distinct weight tensor once (deduplicated by content, 4 KiB-aligned), shared by all unit files.
 ``<name>.opt.onnx`` (beside each model file above, CPU apps) and ``weights.opt.bin``
     ONNX Runtime's fully optimised form of that model, its (reordered) weights in the one shared file (each
     distinct tensor once), valid only on the
-    machine and onnxruntime version it was made with (``optimized_for``, ``sbrs.runtime.device.machine_key``).
+    machine and onnxruntime version it was made with (``optimized_for``, ``sbrs.runtime.execute.device.machine_key``).
     Where they match, the runtime loads these without optimising again (a start several times faster);
     elsewhere it loads the portable files above and optimises them as it loads them.
 
@@ -40,7 +40,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,11 +49,9 @@ from sbrs.errors import InputError
 
 if TYPE_CHECKING:
     from sbrs.app.config import AppConfig
-    from sbrs.control.events import RunObserver
-    from sbrs.runtime.executor import Runtime
-    from sbrs.runtime.reduced import ReducedPlan
-    from sbrs.runtime.transition import TransitionPlan
-    from sbrs.runtime.units import UnitPlan
+    from sbrs.runtime.compile.units import UnitPlan
+    from sbrs.runtime.execute.reduced import ReducedPlan
+    from sbrs.runtime.switch.transition import TransitionPlan
 
 FORMAT = 4  # 4: a band call carries its feed flag (streamed input)
 MANIFEST = "manifest.json"
@@ -184,8 +182,8 @@ def verify_build(folder: Path, app_path: str | Path) -> dict[str, Any]:
 
 def load_build(app_path: str | Path, folder: Path | None = None) -> LoadedBuild:
     """The verified build of ``app_path`` (``build_dir`` by default)."""
-    from sbrs.runtime.transition import TransitionPlan
-    from sbrs.runtime.units import UnitPlan
+    from sbrs.runtime.compile.units import UnitPlan
+    from sbrs.runtime.switch.transition import TransitionPlan
 
     folder = folder or build_dir(app_path)
     manifest = verify_build(folder, app_path)
@@ -193,7 +191,7 @@ def load_build(app_path: str | Path, folder: Path | None = None) -> LoadedBuild:
         options = manifest["options"]
         reduced = manifest["reduced"]
         if reduced is not None:  # the band calls' plan (only a build by parts loads that module)
-            from sbrs.runtime.reduced import ReducedPlan
+            from sbrs.runtime.execute.reduced import ReducedPlan
 
             reduced = ReducedPlan.from_dict(reduced)
         build = LoadedBuild(
@@ -217,7 +215,7 @@ def optimized_here(manifest: Mapping[str, Any]) -> bool:
     made_for = manifest["optimized_for"]
     if made_for is None:
         return False
-    from sbrs.runtime.device import machine_key, resolve_providers
+    from sbrs.runtime.execute.device import machine_key, resolve_providers
 
     providers = resolve_providers(tuple(manifest["config"]["runtime"]["providers"]))
     return bool(made_for == machine_key(providers))
@@ -235,22 +233,6 @@ def limit_mismatch(config: AppConfig, built_for: int | None) -> str | None:
         return (f"the build was made for a memory limit of {built_for / 1e6:g} MB, the app asks memory_limit_mb: "
                 f"{config.memory_limit_mb:g}")
     return None
-
-
-def runtime_of_build(build: LoadedBuild, **options: Any) -> Runtime:
-    """The runtime executing ``build``: its execution units (``Runtime``) or, for an app that runs by parts,
-    its band calls (``sbrs.runtime.reduced.ReducedRuntime``); ``options`` as ``Runtime``'s (granularity is
-    not an option of a build by parts: its calls are fixed)."""
-    if build.reduced is None:
-        from sbrs.runtime.executor import Runtime
-
-        if options.get("transition") in (None, build.transition):
-            options.setdefault("transition_arena", build.transition_arena)  # e.g. shared to keep a memory limit
-        return Runtime(build=build, **options)
-    from sbrs.runtime.reduced import runtime_from_build
-
-    options.pop("granularity", None)
-    return runtime_from_build(build, **options)
 
 
 def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
@@ -305,41 +287,3 @@ def compile_in_child(app_path: str | Path) -> None:
 
             raise SbrsRuntimeError(f"building {app_path} failed: {message}")
         raise error
-
-
-def open_runtime(app_path: str | Path, *, granularity: str | None = None, transition: str | None = None,
-                 observers: Iterable[RunObserver] = (), rebuild: bool = False,
-                 say: Any = None) -> tuple[Runtime, AppConfig, Mapping[str, float]]:
-    """What ``sbrs run`` runs: the runtime of the app's current build, its config and per-scenario memory (MB).
-
-    No build yet (or ``rebuild``): build one first (in a child process) and say so through ``say``. Runtime
-    options other than those the build was compiled for: compile in memory from the app, as before builds.
-    """
-    from sbrs.runtime.executor import Runtime
-
-    say = say or (lambda text: sys.stderr.write(text + "\n"))
-    folder = build_dir(app_path)
-    if rebuild or not (folder / MANIFEST).exists():
-        say(f"sbrs run: {'rebuilding' if rebuild else 'no build of the app yet; building'} {folder}")
-        compile_in_child(app_path)
-    build = load_build(app_path, folder)
-    if build.optimized_for is not None and not build.optimized_here:
-        say(f"sbrs run: the build's ONNX Runtime-optimised models were made on another machine or onnxruntime "
-            f"({build.optimized_for}); loading its portable models instead (a slower start; `sbrs build "
-            f"{app_path}` here makes them for this machine)")
-    mode = transition or build.config.runtime.transition
-    arena = build.transition_arena if mode == build.transition else "shadow" if mode == "sbrs-tp" else "shared"
-    if build.matches(granularity, mode, arena):
-        if build.reduced is not None and granularity is not None:
-            say(f"sbrs run: the app runs by parts under its memory limit; --granularity {granularity} does not apply")
-        runtime = runtime_of_build(build, granularity=granularity, transition=transition, observers=observers)
-        return runtime, build.config, build.scenario_memory_mb
-    say(f"sbrs run: the build is for granularity {build.granularity}, transition {build.transition}; "
-        f"compiling the requested options in memory")
-    from sbrs.app import load_app
-    from sbrs.build.compile import scenario_memory_mb
-
-    app = load_app(app_path)
-    runtime = Runtime(app, granularity=granularity, transition=transition, observers=observers)
-    memory = scenario_memory_mb(app, runtime.plan)
-    return runtime, app.config, memory

@@ -31,7 +31,7 @@ from sbrs.build.artifact import (
     input_record,
     manifest_checksum,
 )
-from sbrs.runtime.units import UnitPlan
+from sbrs.runtime.compile.units import UnitPlan
 
 #: Tensors smaller than this stay inside their unit file (biases, scales): not worth a page of the weights file.
 EXTERNAL_MIN_BYTES = 1024
@@ -103,8 +103,8 @@ def scenario_memory_mb(app: App, plan: UnitPlan) -> dict[str, float]:
     """Per scenario: its unique parameter bytes plus the peak of its boundary tensors in the arena, in MB."""
     from sbrs.memory.bounds import peak_by_timeline
     from sbrs.model import params_bytes
-    from sbrs.runtime.arena import arena_problem
-    from sbrs.runtime.units import UnitLayout
+    from sbrs.runtime.compile.arena import arena_problem
+    from sbrs.runtime.compile.units import UnitLayout
 
     layout = UnitLayout(plan.units, plan.sequences, plan.inputs, plan.outputs, {t.id: t.spec for t in plan.tensors})
     peaks = peak_by_timeline(arena_problem(layout, plan.alignment))
@@ -113,13 +113,13 @@ def scenario_memory_mb(app: App, plan: UnitPlan) -> dict[str, float]:
 
 def _save_optimized_models(app: App, staging: Path) -> tuple[str | None, str | None]:
     """Beside every model file of the build, ONNX Runtime's optimised form for this machine (``<name>.opt.onnx``,
-    ``sbrs.runtime.device.save_optimized``), their weights in one file (``_share_optimized_weights``).
+    ``sbrs.runtime.execute.device.save_optimized``), their weights in one file (``_share_optimized_weights``).
 
     Returns the machine they are valid on (``machine_key``) and None, or None and why none were made: the app
     runs on a GPU provider (the optimised form would fix node placement), the CPU's flags cannot be read, or
     ONNX Runtime could not write one of them (then none is kept: the build stays whole and portable).
     """
-    from sbrs.runtime.device import (
+    from sbrs.runtime.execute.device import (
         CPU_PROVIDER,
         machine_key,
         resolve_providers,
@@ -183,17 +183,17 @@ def _share_optimized_weights(models: list[Path], shared: Path) -> None:
 def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Write the build of ``app`` (default ``APP.build/`` beside the app file); returns its manifest.
 
-    ``reduction`` (``sbrs.runtime.parts_build.reduce_app``'s result for a memory limit): unless Algorithm 9
-    exited early (the unreduced plan fits), the build holds the band calls of ``sbrs.runtime.reduced`` instead
+    ``reduction`` (``sbrs.build.reduce.reduce_app``'s result for a memory limit): unless Algorithm 9
+    exited early (the unreduced plan fits), the build holds the band calls of ``sbrs.runtime.execute.reduced`` instead
     of execution units: one ``c<key>.onnx`` per distinct call model and the ``ReducedPlan`` in the manifest.
     The limit is recorded either way (``memory_limit_bytes``), so a run can tell a build made for another.
     """
     from sbrs.moc import derive_moc
     from sbrs.model import naive_buffer_bytes, params_bytes
-    from sbrs.runtime.executor import build_unit_plan
-    from sbrs.runtime.layout import unit_model
-    from sbrs.runtime.reduced import scenario_memory_mb as reduced_memory_mb
-    from sbrs.runtime.transition import build_transition_plan, plan_shadow
+    from sbrs.runtime.compile.layout import unit_model
+    from sbrs.runtime.compile.plan import build_unit_plan
+    from sbrs.runtime.execute.reduced import scenario_memory_mb as reduced_memory_mb
+    from sbrs.runtime.switch.transition import build_transition_plan, plan_shadow
 
     folder = folder or build_dir(app.config.path)
     mode = app.config.runtime.transition
@@ -211,7 +211,7 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
     transitions = build_transition_plan(run_plan, arena=arena, shadow=shadow)
     reduced = None
     if reduction is not None and not reduction["early_exit"]:
-        from sbrs.runtime.reduced import fit_reduction
+        from sbrs.runtime.execute.reduced import fit_reduction
 
         reduced = fit_reduction(app, reduction)
 
@@ -225,7 +225,7 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
                     model = unit_model(app.models, moc, unit, specs, app.name, initializer=weights.tensor)
                     onnx.save_model(model, str(staging / f"{unit.id}.onnx"))
             else:
-                from sbrs.runtime.reduced import call_file, call_models
+                from sbrs.runtime.execute.reduced import call_file, call_models
 
                 for key, model in call_models(app.models, reduced).items():
                     weights.externalise(model)

@@ -22,12 +22,13 @@ from sbrs.build.artifact import (
     WEIGHTS,
     build_dir,
     load_build,
-    open_runtime,
 )
 from sbrs.build.compile import compile_app
 from sbrs.errors import InputError
-from sbrs.runtime.device import machine_key, session_options
-from sbrs.runtime.executor import Runtime
+from sbrs.runtime import runtime_for
+from sbrs.runtime.execute.device import machine_key, session_options
+from sbrs.runtime.execute.executor import Runtime
+from sbrs.runtime.execute.open import open_runtime
 from tests.conftest import FORBIDDEN_FOR_UNITS, modules_a_run_loads
 
 APPS = Path(__file__).resolve().parents[2] / "apps"
@@ -73,7 +74,7 @@ def test_build_runs_like_onnx_runtime_on_each_scenario_model(name: str, here: bo
     if name == "pamap2":  # its scenarios' units repeat layers (27 references to 16 tensors)
         assert len(set(references)) < len(references)
     if not here:
-        monkeypatch.setattr("sbrs.runtime.device.machine_key", lambda providers: "another machine")
+        monkeypatch.setattr("sbrs.runtime.execute.device.machine_key", lambda providers: "another machine")
     loaded = load_build(app.config.path, folder)
     assert loaded.optimized_here is here
     build = Runtime(build=loaded)
@@ -198,19 +199,19 @@ def test_a_changed_model_file_makes_the_build_stale(tmp_path: Path) -> None:
         load_build(app_path)
 
 
-def test_app_runtime_uses_a_current_build_and_falls_back_to_the_models(tiny: Path) -> None:
+def test_runtime_for_uses_a_current_build_and_falls_back_to_the_models(tiny: Path) -> None:
     app = load_app(tiny)
     frame = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)
-    with app.runtime() as from_build, app.runtime(use_build=False) as in_memory:
+    with runtime_for(app) as from_build, runtime_for(app, use_build=False) as in_memory:
         assert all(str(build_dir(tiny)) in session._model_path for session in from_build._sessions.values())
         for scenario in app.config.scenario_names:
             from_build.switch(scenario)
             in_memory.switch(scenario)
             assert np.array_equal(from_build.infer(frame)["output"], in_memory.infer(frame)["output"])
     _tampered_weights(build_dir(tiny))
-    with app.runtime() as fallback:
+    with runtime_for(app) as fallback:
         assert not any(str(build_dir(tiny)) in session._model_path for session in fallback._sessions.values())
-    with app.runtime(transition="naive") as other_options:  # the build is for sbrs-tp: compiled in memory
+    with runtime_for(app, transition="naive") as other_options:  # the build is for sbrs-tp: compiled in memory
         assert other_options.node.mode == "naive"
 
 
@@ -220,7 +221,7 @@ def test_run_says_when_the_optimised_files_are_for_another_machine(tiny: Path,
     runtime, _, _ = open_runtime(tiny, say=said.append)
     runtime.close()
     assert said == []
-    monkeypatch.setattr("sbrs.runtime.device.machine_key", lambda providers: "another machine")
+    monkeypatch.setattr("sbrs.runtime.execute.device.machine_key", lambda providers: "another machine")
     runtime, _, _ = open_runtime(tiny, say=said.append)
     runtime.close()
     assert len(said) == 1 and "another machine" in said[0] and "sbrs build" in said[0]
@@ -237,9 +238,9 @@ def test_a_build_without_optimised_files_says_why_and_runs_the_portable_ones(
                 raise RuntimeError("cannot serialise this node")
             shutil.copy(source, target)  # the files made before the failure must be removed
 
-        monkeypatch.setattr("sbrs.runtime.device.save_optimized", refuse)
+        monkeypatch.setattr("sbrs.runtime.execute.device.save_optimized", refuse)
     else:
-        monkeypatch.setattr("sbrs.runtime.device.machine_key", lambda providers: None)
+        monkeypatch.setattr("sbrs.runtime.execute.device.machine_key", lambda providers: None)
     app_path = tmp_path / "tiny.yaml"
     shutil.copy(APPS / "tiny.yaml", app_path)
     manifest = compile_app(load_app(app_path))

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from sbrs.cli import main
+from sbrs.runtime import runtime_for
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "apps" / "tiny.yaml"
@@ -220,7 +221,7 @@ def test_a_replaced_cache_entry_is_made_again(tmp_path: Path, monkeypatch: pytes
 
 def test_bench_probe_ignores_a_local_sbrs_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Row 13: ``sbrs bench`` run from a folder holding a directory named ``sbrs``."""
-    from sbrs.runtime.bench import _child
+    from sbrs.runtime.measure.bench import _child
 
     (tmp_path / "sbrs").mkdir()
     (tmp_path / "sbrs" / "__init__.py").write_text("raise ImportError('the wrong sbrs')\n")
@@ -258,8 +259,8 @@ def test_signals_stop_cleanly(signals: tuple[signal.Signals, ...], tmp_path: Pat
 
 def test_the_run_summary_keeps_constant_memory() -> None:
     """Row 6: ``RunSummary.switches`` kept every switch record (~15 MB a day at one switch a second)."""
-    from sbrs.runtime.control_node import SwitchRecord
-    from sbrs.runtime.loop import RECENT_SWITCHES, RunSummary
+    from sbrs.run.loop import RECENT_SWITCHES, RunSummary
+    from sbrs.runtime.switch.control_node import SwitchRecord
 
     summary = RunSummary(arena_bytes=0)
     for index in range(10_000):
@@ -272,7 +273,7 @@ def test_the_run_summary_keeps_constant_memory() -> None:
 
 def test_nonfinite_outputs_make_valid_json() -> None:
     """Row 5: a frame whose output holds NaN wrote ``NaN`` into the JSON line, which is not JSON."""
-    from sbrs.runtime.loop import FrameRecord, json_lines_writer
+    from sbrs.run.loop import FrameRecord, json_lines_writer
 
     class Sink:
         text = ""
@@ -296,10 +297,10 @@ def test_a_plain_session_after_a_runtime_needs_shared_threads() -> None:
     import onnxruntime as ort
 
     from sbrs.app import load_app
-    from sbrs.runtime.device import session_options
+    from sbrs.runtime.execute.device import session_options
 
     app = load_app(TINY)
-    with app.runtime():
+    with runtime_for(app):
         model = app.config.scenarios[0].model_path
         session = ort.InferenceSession(model, session_options(), providers=["CPUExecutionProvider"])
         frame = np.zeros(app.config.input.shape, np.float32)

@@ -25,6 +25,7 @@ from sbrs.app import load_app
 from sbrs.moc import derive_moc
 from sbrs.model import import_model, import_onnx, to_onnx
 from sbrs.model.canonical import needs_canonical
+from sbrs.runtime import runtime_for
 from tests.conftest import ort_session
 from tests.runtime.conftest import assert_equivalent
 
@@ -94,7 +95,7 @@ scenarios:
     compute = len(app.models["ten"].compute_layers)
     assert len(shared) >= compute - 3, f"{exporter}: {len(shared)} of {compute} layers shared"
     frame = _frame(tuple(app.config.input.shape), 3)
-    with app.runtime() as runtime:
+    with runtime_for(app) as runtime:
         assert any(len(unit.scenarios) == 2 for unit in runtime.plan.units)  # the backbone: a shared unit
         for scenario, path in (("ten", ten), ("five", five)):
             runtime.switch(scenario)

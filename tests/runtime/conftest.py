@@ -1,37 +1,16 @@
-"""Shared fixtures of the runtime tests: loaded example apps, reference ONNX Runtime sessions, random frames.
+"""Shared helpers of the runtime tests: reference ONNX Runtime sessions, random frames, equivalence checks
+(the ``load_example`` fixture is in tests/conftest.py: the build tests use it too).
 
 Reference sessions run on the global thread pool like every session of the test suite (tests/conftest.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
-import pytest
 
-from sbrs.app import App, load_app
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="session")
-def load_example() -> Callable[[str], App]:
-    """``load_example("tiny")`` → the app of apps/tiny.yaml with every shared run shared
-    (``runtime.share_min_mb = 0``), so the tests exercise shared units even on apps whose weights are small;
-    loaded once per test session. ``load_app`` gives the app with its own settings."""
-    loaded: dict[str, App] = {}
-
-    def load(name: str) -> App:
-        if name not in loaded:
-            app = load_app(REPO / "apps" / f"{name}.yaml")
-            loaded[name] = replace(app, config=replace(app.config, runtime=replace(app.config.runtime,
-                                                                                 share_min_mb=0.0)))
-        return loaded[name]
-
-    return load
+from sbrs.app import App
 
 
 def with_adaptive(app: App, adaptive: tuple[str, ...]) -> App:
@@ -47,7 +26,7 @@ class References:
     """Each scenario's own ONNX file in a standalone ONNX Runtime session: the ground truth (invariant 1)."""
 
     def __init__(self, app: App) -> None:
-        from sbrs.runtime.device import create_session, use_global_thread_pool
+        from sbrs.runtime.execute.device import create_session, use_global_thread_pool
 
         use_global_thread_pool(None)
         self.sessions = {s.name: create_session(s.model_path, ("CPUExecutionProvider",)) for s in app.config.scenarios}

@@ -1,0 +1,318 @@
+"""``sbrs run``: feed frames to a runtime, report each one, take switch requests, stop cleanly on a signal.
+
+``run_frames`` is the loop; it knows nothing about where frames come from or where reports go. It drives
+``Runtime.process`` (pipelined: under SBRS-TP a switch overlaps the frame in flight and the next one);
+``on_frame`` is called after every frame with a ``FrameRecord`` (the JSON-lines writer of ``sbrs run``), a
+switch may come at any time from another thread (``Runtime.switch``, the socket), and ``stop`` is an event
+anyone may set. SIGINT and SIGTERM set it (``stop_on_signals``): the frames in flight finish, then the loop
+returns its summary.
+
+``run_app`` is ``sbrs run``: the runtime (its control node reports to ``observers``, the seam of the metrics
+stage), a ``PolicyController`` deciding scenarios from the environment, and the socket ``Server`` around it
+(``--socket``, ``--listen``, ``--no-socket``). Every ``MEASURE_EVERY_S`` the measured fps of each scenario
+(median of its recent frame latencies) and its memory (its parameters plus the peak of its boundary
+tensors in the arena) are given to the policy (``update_measurements``).
+
+One JSON line per frame, in completion order by default (``--order``; ``Runtime.process``: the first frame
+of a new scenario may come before the frame that was in flight when the switch came, whose line follows):
+``{"frame": i, "scenario": name, "latency_s": x, "outputs": {name: summary}}``
+where a 2-D class output ``[1, C]`` is summarised by its ``top5`` ``[[index, value], ...]`` and any other
+output by ``mean``/``min``/``max``; both carry the ``shape``. The first frame of a new scenario also carries
+``"switch": {"old", "new", "response_delay_s", ...}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
+
+from sbrs.control.events import Observers, RunObserver
+from sbrs.runtime.execute.executor import Runtime
+from sbrs.runtime.switch.control_node import SwitchRecord
+
+if TYPE_CHECKING:
+    from sbrs.control.controller import PolicyController
+
+TOP_K = 5
+MEASURE_EVERY_S = 1.0
+MEASURE_WINDOW = 32  # recent frames per scenario for the measured fps
+
+
+@dataclass(frozen=True)
+class FrameRecord:
+    """What one frame did: its index, the scenario it ran on, its latency and its outputs."""
+
+    index: int
+    scenario: str
+    latency_s: float
+    outputs: dict[str, np.ndarray]
+    switch: SwitchRecord | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"frame": self.index, "scenario": self.scenario, "latency_s": round(self.latency_s, 6),
+                                "outputs": {name: summarize_output(value) for name, value in self.outputs.items()}}
+        if self.switch is not None:
+            data["switch"] = self.switch.to_dict()
+        return data
+
+
+def summarize_output(value: np.ndarray) -> dict[str, Any]:
+    """Top-5 (index, value) pairs of a ``[1, C]`` output, else its mean, min and max; with the shape. JSON has
+    no NaN or infinity: an output holding them is summarised by ``nonfinite`` (their count) and ``null``s."""
+    summary: dict[str, Any] = {"shape": list(value.shape)}
+    if value.size and not np.issubdtype(value.dtype, np.number):
+        return summary
+    if np.issubdtype(value.dtype, np.floating):
+        nonfinite = int(value.size - np.count_nonzero(np.isfinite(value)))
+        if nonfinite:
+            summary.update(nonfinite=nonfinite, mean=None, min=None, max=None)
+            return summary
+    if value.ndim == 2 and value.shape[0] == 1:
+        row = value[0]
+        best = np.argsort(-row, kind="stable")[:TOP_K]
+        summary["top5"] = [[int(i), float(row[i])] for i in best]
+    elif value.size:
+        summary.update(mean=float(value.mean()), min=float(value.min()), max=float(value.max()))
+    return summary
+
+
+RECENT_SWITCHES = 16  # switch records a summary keeps (a run may switch millions of times)
+
+
+@dataclass
+class RunSummary:
+    """Frames per scenario, wall time and the arena size of one run (mutable while the run goes on).
+
+    Memory stays constant however long the run: switches are counted (with the sum of their delays), and only
+    the last ``RECENT_SWITCHES`` records are kept.
+    """
+
+    arena_bytes: int
+    frames: dict[str, int] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)  # the runtime's ``memory_report()``
+    seconds: float = 0.0
+    interrupted: bool = False
+    switch_count: int = 0
+    switch_delay_total_s: float = 0.0
+    recent_switches: deque[SwitchRecord] = field(default_factory=lambda: deque(maxlen=RECENT_SWITCHES))
+
+    def add_switch(self, record: SwitchRecord) -> None:
+        self.switch_count += 1
+        self.switch_delay_total_s += record.response_delay_s
+        self.recent_switches.append(record)
+
+    @property
+    def total_frames(self) -> int:
+        return sum(self.frames.values())
+
+    @property
+    def fps(self) -> float:
+        return self.total_frames / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"frames": self.total_frames, "frames_per_scenario": dict(self.frames),
+                "seconds": round(self.seconds, 6), "fps": round(self.fps, 3), "arena_bytes": self.arena_bytes,
+                "interrupted": self.interrupted, "switches": self.switch_count,
+                "mean_response_delay_s": round(self.switch_delay_total_s / self.switch_count, 6)
+                if self.switch_count else None,
+                "recent_switches": [record.to_dict() for record in self.recent_switches], "memory": dict(self.memory)}
+
+    def to_text(self) -> str:
+        per_scenario = ", ".join(f"{name} {count}" for name, count in self.frames.items()) or "none"
+        stopped = " (stopped by a signal)" if self.interrupted else ""
+        switched = (f"; {self.switch_count} switches, response delay mean "
+                    f"{self.switch_delay_total_s / self.switch_count * 1e3:.3f} ms" if self.switch_count else "")
+        return (f"sbrs run: {self.total_frames} frames in {self.seconds:.3f} s, {self.fps:.1f} fps{stopped}; "
+                f"frames per scenario: {per_scenario}{switched}; {self.memory_text()}")
+
+    def memory_text(self) -> str:
+        """The memory figures of the summary line (``Runtime.memory_report``)."""
+        memory = self.memory
+        if not memory:
+            return f"arena {self.arena_bytes} bytes"
+        limit = memory.get("limit_bytes")
+        bound = "" if limit is None else (f" of a {limit / 1e6:.3f} MB limit" + ("" if memory.get("within_limit")
+                                                                              else " (over the limit)"))
+        return (f"memory: parameters {memory['params_bytes'] / 1e6:.3f} MB + arena {memory['arena_bytes'] / 1e6:.3f} "
+                f"MB = {memory['total_bytes'] / 1e6:.3f} MB{bound} (execution by {memory.get('execution')}, "
+                f"transition {memory.get('transition')}; the arena holds {memory.get('arena_holds')})")
+
+
+def run_frames(runtime: Runtime, frames: Iterable[np.ndarray], *, limit: int | None = None,
+               on_frame: Callable[[FrameRecord], None] | None = None,
+               stop: threading.Event | None = None, order: str = "completion") -> RunSummary:
+    """Run ``frames`` (at most ``limit``) through ``runtime.process`` until they end or ``stop`` is set;
+    ``on_frame`` gets the frames in ``order`` (``Runtime.process``)."""
+    summary = RunSummary(arena_bytes=runtime.arena_bytes, memory=runtime.memory_report())
+    stop = stop or threading.Event()
+
+    def feed() -> Iterator[np.ndarray]:
+        for index, frame in enumerate(frames):
+            if (limit is not None and index >= limit) or stop.is_set():
+                return
+            yield frame
+
+    started = time.perf_counter()
+    results = runtime.process(feed(), order=order)
+    try:
+        for result in results:
+            summary.frames[result.scenario] = summary.frames.get(result.scenario, 0) + 1
+            if result.switch is not None:
+                summary.add_switch(result.switch)
+            if on_frame is not None:
+                on_frame(FrameRecord(result.index, result.scenario, result.latency_s, result.outputs, result.switch))
+    finally:
+        results.close()
+    summary.seconds = time.perf_counter() - started
+    summary.interrupted = stop.is_set()
+    return summary
+
+
+class Measurements:
+    """Measured fps per scenario (median of its last ``MEASURE_WINDOW`` frame latencies), fed to the policy."""
+
+    def __init__(self, controller: PolicyController, memory_mb: dict[str, float]) -> None:
+        self._controller = controller
+        self._memory_mb = memory_mb
+        self._latencies: dict[str, list[float]] = {}
+        self._last = time.perf_counter()
+        for scenario, memory in memory_mb.items():
+            controller.update_measurements(scenario, {"memory_mb": memory})
+
+    def frame(self, record: FrameRecord) -> None:
+        window = self._latencies.setdefault(record.scenario, [])
+        window.append(record.latency_s)
+        del window[:-MEASURE_WINDOW]
+        now = time.perf_counter()
+        if now - self._last >= MEASURE_EVERY_S:
+            self._last = now
+            self.flush()
+
+    def flush(self) -> None:
+        for scenario, window in self._latencies.items():
+            median = float(np.median(window)) if window else 0.0
+            if median > 0:
+                self._controller.update_measurements(scenario, {"fps": 1.0 / median})
+
+
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """While inside, SIGINT, SIGTERM and SIGHUP (the terminal went away) set ``stop`` instead of killing the
+    process (main thread only). A second signal during the shutdown only sets it again."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def json_lines_writer(stream: IO[str]) -> Callable[[FrameRecord], None]:
+    """An ``on_frame`` callback writing one JSON line per frame to ``stream`` (flushed per line)."""
+
+    def write(record: FrameRecord) -> None:
+        stream.write(json.dumps(record.to_dict(), allow_nan=False) + "\n")
+        stream.flush()
+
+    return write
+
+
+def run_app(app_path: str, *, frames: int | None, source: str | None, output: str | None, seed: int,
+            granularity: str | None = None, transition: str | None = None, socket_path: str | None = None,
+            listen: str | None = None, no_socket: bool = False, order: str = "completion",
+            observers: Iterable[RunObserver] = (), summary_path: str | None = None) -> int:
+    """``sbrs run``: load the app, serve the control socket, run frames (JSON lines to stdout or ``output``),
+    the summary to stderr (and as JSON to ``summary_path``). ``observers`` (``RunObserver``) get every run
+    event (metrics plug in here)."""
+    from sbrs.control.controller import PolicyController
+    from sbrs.errors import InputError
+    from sbrs.run.frames import open_frames
+    from sbrs.runtime.execute.device import release_free_memory
+    from sbrs.runtime.execute.open import open_runtime
+
+    if frames is not None and frames < 0:
+        raise InputError(f"{frames}: expected a number >= 0", field="--frames")
+    if no_socket and listen is not None:
+        raise InputError("--listen serves the control protocol on TCP, --no-socket serves none: choose one",
+                         field="--listen")
+    stop = threading.Event()
+    # Signals stop the run from here to the end: one during loading ends the run before its first frame, a
+    # second one during the shutdown changes nothing (the summary is still written, the socket removed).
+    with stop_on_signals(stop):
+        fan_out = Observers(observers)
+        # from the app's verified build (sbrs.build.artifact); the models are never parsed in this process
+        runtime, config, memory = open_runtime(app_path, granularity=granularity, transition=transition,
+                                               observers=fan_out)
+        try:
+            frame_source = open_frames(source, config.input, seed)
+        except BaseException:
+            runtime.close()
+            raise
+        release_free_memory()
+        controller = PolicyController(config, runtime.switch, current=runtime.scenario, switch_source=True)
+        measurements = Measurements(controller, memory)
+        server = None
+        if not no_socket:  # asyncio only when a socket is served
+            from sbrs.server import Server
+            from sbrs.server.protocol import ObservedRequestStats
+
+            server = Server(controller, socket_path, listen=listen, app_name=config.name,
+                            stats=ObservedRequestStats(fan_out))
+        try:
+            if summary_path:  # fail before the first frame, not after the last
+                open(summary_path, "w", encoding="utf-8").close()
+            stream = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
+        except OSError as exc:
+            runtime.close()
+            raise InputError(f"{exc.filename}: cannot write ({exc.strerror})",
+                             field="--summary" if exc.filename == summary_path else "--output") from None
+        writer = json_lines_writer(stream)
+
+        def on_frame(record: FrameRecord) -> None:
+            writer(record)
+            measurements.frame(record)
+
+        try:
+            with runtime:
+                if server is not None:
+                    server.start()
+                    sys.stderr.write(f"sbrs run: control socket {server.socket_path}\n")
+                    if server.tcp_address is not None:
+                        host, port = server.tcp_address
+                        sys.stderr.write(f"sbrs run: control protocol on tcp {host}:{port}\n")
+                try:
+                    summary = run_frames(runtime, frame_source, limit=frames, on_frame=on_frame, stop=stop,
+                                         order=order)
+                finally:
+                    runtime.node.shutdown()
+                    if server is not None:
+                        server.stop()
+        finally:
+            if stream is not sys.stdout:
+                stream.close()
+        sys.stderr.write(summary.to_text() + "\n")
+        if summary_path:
+            with open(summary_path, "w", encoding="utf-8") as summary_stream:
+                summary_stream.write(json.dumps(summary.to_dict(), allow_nan=False) + "\n")
+    return 0

@@ -1,0 +1,98 @@
+"""``sbrs run`` end to end: JSON lines, summary, bad input (exit 2), SIGTERM, options."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sbrs.cli import main
+from tests.conftest import REPO
+
+TINY = str(REPO / "apps" / "tiny.yaml")
+
+
+def test_run_prints_one_json_line_per_frame_and_a_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", TINY, "--frames", "5", "--seed", "3"]) == 0
+    captured = capsys.readouterr()
+    lines = [json.loads(line) for line in captured.out.splitlines()]
+    assert [line["frame"] for line in lines] == [0, 1, 2, 3, 4]
+    for line in lines:
+        assert line["scenario"] == "full" and line["latency_s"] > 0
+        output = line["outputs"]["output"]
+        assert output["shape"] == [1, 10] and len(output["top5"]) == 5
+        values = [value for _, value in output["top5"]]
+        assert values == sorted(values, reverse=True)
+    assert "5 frames" in captured.err and "full 5" in captured.err and "arena" in captured.err
+    assert main(["run", TINY, "--frames", "5", "--seed", "3"]) == 0
+    again = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert again["outputs"] == lines[0]["outputs"]  # seeded: the same frames
+
+
+def test_run_reads_a_folder_of_npy_frames_and_writes_a_file(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    rng = np.random.default_rng(0)
+    for index in range(3):
+        np.save(frames / f"{index:03d}.npy", rng.standard_normal((3, 32, 32)).astype(np.float32))  # no batch dim
+    output = tmp_path / "out.jsonl"
+    assert main(["run", TINY, "--input", str(frames), "--output", str(output)]) == 0
+    assert len(output.read_text().splitlines()) == 3
+    assert "3 frames" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("problem", ["missing folder", "wrong shape", "empty folder"])
+def test_run_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              problem: str) -> None:
+    folder = tmp_path / "frames"
+    if problem != "missing folder":
+        folder.mkdir()
+    if problem == "wrong shape":
+        np.save(folder / "a.npy", np.zeros((1, 3, 16, 16), np.float32))
+    assert main(["run", TINY, "--frames", "2", "--input", str(folder)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert len(captured.err.strip().splitlines()) == 1 and "frames" in captured.err
+
+
+def test_run_stops_cleanly_on_sigterm_with_a_summary(tmp_path: Path) -> None:
+    out_path = tmp_path / "frames.jsonl"
+    with out_path.open("w") as out_file:
+        process = subprocess.Popen([sys.executable, "-m", "sbrs.cli", "run", TINY], stdout=out_file,
+                                   stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+        deadline = time.monotonic() + 60
+        while not out_path.read_text() and time.monotonic() < deadline:  # wait until frames are running
+            time.sleep(0.05)
+        time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    lines = [json.loads(line) for line in out_path.read_text().splitlines()]  # every line whole: no frame cut
+    assert [line["frame"] for line in lines] == list(range(len(lines)))
+    assert "stopped by a signal" in err, err
+    assert f" {len(lines)} frames" in err, (len(lines), err)
+
+
+def test_run_order_option_is_validated(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", TINY, "--frames", "1", "--order", "sideways"])
+    assert exit_info.value.code == 2
+    assert main(["run", TINY, "--frames", "3", "--order", "stream", "--no-socket"]) == 0
+    assert [json.loads(line)["frame"] for line in capsys.readouterr().out.splitlines()] == [0, 1, 2]
+
+
+def test_run_prints_the_tcp_address_it_listens_on(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Issue 14, row 10: ``sbrs run`` never said where it listened on TCP."""
+    assert main(["run", TINY, "--frames", "2", "--socket", str(tmp_path / "s.sock"), "--listen", "127.0.0.1:0"]) == 0
+    err = capsys.readouterr().err
+    assert "control protocol on tcp 127.0.0.1:" in err
+    port = int(err.split("control protocol on tcp 127.0.0.1:")[1].split()[0])
+    assert 0 < port < 65536
