@@ -75,7 +75,8 @@ FORBIDDEN = ("onnx", "pydantic", "sbrs.zoo", "sbrs.reduction", "deap", "sbrs.mod
              "asyncio", "socket", "concurrent.futures", "shutil", "sbrs.server.server")
 #: ... and what a build of execution units does not need either: the model stage's types, the runtime by parts,
 #: the parsers of the other commands (``sbrs.cli.build_parser``).
-FORBIDDEN_FOR_UNITS = (*FORBIDDEN, "sbrs.model", "sbrs.runtime.execute.reduced", "sbrs.server.client")
+FORBIDDEN_FOR_UNITS = (*FORBIDDEN, "sbrs.model", "sbrs.runtime.execute.reduced", "sbrs.runtime.compile.band_calls",
+                       "sbrs.server.client")
 
 
 def modules_a_run_loads(app: Path, forbidden: tuple[str, ...] = FORBIDDEN) -> list[str]:

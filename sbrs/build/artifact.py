@@ -49,8 +49,8 @@ from sbrs.errors import InputError
 
 if TYPE_CHECKING:
     from sbrs.app.config import AppConfig
+    from sbrs.runtime.compile.band_calls import ReducedPlan
     from sbrs.runtime.compile.units import UnitPlan
-    from sbrs.runtime.execute.reduced import ReducedPlan
     from sbrs.runtime.switch.transition import TransitionPlan
 
 FORMAT = 4  # 4: a band call carries its feed flag (streamed input)
@@ -191,7 +191,7 @@ def load_build(app_path: str | Path, folder: Path | None = None) -> LoadedBuild:
         options = manifest["options"]
         reduced = manifest["reduced"]
         if reduced is not None:  # the band calls' plan (only a build by parts loads that module)
-            from sbrs.runtime.execute.reduced import ReducedPlan
+            from sbrs.runtime.compile.band_calls import ReducedPlan
 
             reduced = ReducedPlan.from_dict(reduced)
         build = LoadedBuild(

@@ -184,15 +184,16 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
     """Write the build of ``app`` (default ``APP.build/`` beside the app file); returns its manifest.
 
     ``reduction`` (``sbrs.build.reduce.reduce_app``'s result for a memory limit): unless Algorithm 9
-    exited early (the unreduced plan fits), the build holds the band calls of ``sbrs.runtime.execute.reduced`` instead
-    of execution units: one ``c<key>.onnx`` per distinct call model and the ``ReducedPlan`` in the manifest.
+    exited early (the unreduced plan fits), the build holds band calls (``sbrs.runtime.compile.band_calls``)
+    instead of execution units: one ``c<key>.onnx`` per distinct call model and the ``ReducedPlan`` in the
+    manifest.
     The limit is recorded either way (``memory_limit_bytes``), so a run can tell a build made for another.
     """
     from sbrs.moc import derive_moc
     from sbrs.model import naive_buffer_bytes, params_bytes
+    from sbrs.runtime.compile.band_calls import scenario_memory_mb as reduced_memory_mb
     from sbrs.runtime.compile.layout import unit_model
     from sbrs.runtime.compile.plan import build_unit_plan
-    from sbrs.runtime.execute.reduced import scenario_memory_mb as reduced_memory_mb
     from sbrs.runtime.switch.transition import build_transition_plan, plan_shadow
 
     folder = folder or build_dir(app.config.path)
@@ -211,7 +212,7 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
     transitions = build_transition_plan(run_plan, arena=arena, shadow=shadow)
     reduced = None
     if reduction is not None and not reduction["early_exit"]:
-        from sbrs.runtime.execute.reduced import fit_reduction
+        from sbrs.runtime.compile.band_calls import fit_reduction
 
         reduced = fit_reduction(app, reduction)
 
@@ -225,7 +226,7 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
                     model = unit_model(app.models, moc, unit, specs, app.name, initializer=weights.tensor)
                     onnx.save_model(model, str(staging / f"{unit.id}.onnx"))
             else:
-                from sbrs.runtime.execute.reduced import call_file, call_models
+                from sbrs.runtime.compile.band_calls import call_file, call_models
 
                 for key, model in call_models(app.models, reduced).items():
                     weights.externalise(model)

@@ -9,7 +9,8 @@ import pytest
 
 from sbrs.build.reduce import load_reduction, load_reduction_strategy
 from sbrs.cli import main
-from sbrs.runtime.execute.reduced import reduced_plan, runtime_from_app
+from sbrs.runtime.compile.band_calls import reduced_plan
+from sbrs.runtime.execute.reduced import runtime_from_app
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 
 REPO = Path(__file__).resolve().parents[2]

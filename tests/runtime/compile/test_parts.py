@@ -23,8 +23,9 @@ from sbrs.model.fold import fold_model
 from sbrs.model.onnx_export import to_onnx
 from sbrs.reduction import cut_genes, maximal_bands, plan_reduction, reduction_genes
 from sbrs.reduction.tiles import tile_groups
+from sbrs.runtime.compile.band_calls import reduced_plan
 from sbrs.runtime.compile.parts import PartsPlan, call_model, compile_parts, executable_bands
-from sbrs.runtime.execute.reduced import ReducedRuntime, reduced_plan, runtime_from_app
+from sbrs.runtime.execute.reduced import ReducedRuntime, runtime_from_app
 from tests.conftest import APPS, ort_session
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 

@@ -21,8 +21,9 @@ import pytest
 from sbrs.app import App, load_app
 from sbrs.cli import main
 from sbrs.runtime import runtime_for
+from sbrs.runtime.compile.band_calls import parts_accesses, reduced_plan, strategy_of
 from sbrs.runtime.execute.executor import Runtime
-from sbrs.runtime.execute.reduced import ReducedRuntime, parts_accesses, reduced_plan, runtime_from_app, strategy_of
+from sbrs.runtime.execute.reduced import ReducedRuntime, runtime_from_app
 from sbrs.runtime.switch.transition import StepAccess, check_schedule, hazard_waits
 from tests.conftest import modules_a_run_loads
 from tests.runtime.conftest import References, assert_equivalent, random_frame
