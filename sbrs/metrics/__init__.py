@@ -1,6 +1,6 @@
 """Prometheus metrics of a running app: an observer of run events, the ``/metrics`` server, CLI wiring.
 
-``MetricsObserver`` implements ``sbrs.control.events.RunObserver`` on its own ``CollectorRegistry``;
+``MetricsObserver`` implements ``sbrs.runtime.events.RunObserver`` on its own ``CollectorRegistry``;
 ``start_metrics_server`` serves a registry over HTTP (loopback unless allowed otherwise); ``cli_arguments``
 and ``metrics_from_args`` give ``sbrs run`` its ``--metrics-*`` options. Metric names are listed in
 ``sbrs.metrics.observer``; Prometheus and Grafana files are in ``monitoring/``.

@@ -1,4 +1,4 @@
-"""``MetricsObserver``: a ``RunObserver`` (``sbrs.control.events``) that keeps Prometheus metrics of a run.
+"""``MetricsObserver``: a ``RunObserver`` (``sbrs.runtime.events``) that keeps Prometheus metrics of a run.
 
 Every metric lives on the observer's own ``CollectorRegistry`` (never the client library's global one), together
 with the library's process, platform and GC collectors (``process_resident_memory_bytes``, ...). Names follow

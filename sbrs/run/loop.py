@@ -37,7 +37,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from sbrs.control.events import Observers, RunObserver
+from sbrs.runtime.events import Observers, RunObserver
 from sbrs.runtime.execute.executor import Runtime
 from sbrs.runtime.switch.control_node import SwitchRecord
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sbrs.control.controller import Controller, RequestError
-from sbrs.control.events import Observers
 from sbrs.control.policy import ENVIRONMENT_FIELDS, check_environment_value
 from sbrs.errors import InputError
+from sbrs.runtime.events import Observers
 
 MAX_LINE_BYTES = 64 * 1024
 MAX_ID_CHARS = 256

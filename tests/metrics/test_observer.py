@@ -7,9 +7,9 @@ import math
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from sbrs.control.events import Observers, RunObserver
 from sbrs.metrics import MetricsObserver
 from sbrs.metrics.observer import INFERENCE_BUCKETS, REJECT_REASONS, SWITCH_DELAY_BUCKETS
+from sbrs.runtime.events import Observers, RunObserver
 
 from .conftest import SCENARIOS
 

@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sbrs.control.events import Observers, RunObserver
 from sbrs.errors import InputError, SbrsRuntimeError
+from sbrs.runtime.events import Observers, RunObserver
 from sbrs.runtime.execute.device import (
     ArenaMemory,
     ThreadPool,

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from sbrs.app.app import App
     from sbrs.app.config import AppConfig
     from sbrs.build.artifact import LoadedBuild
-    from sbrs.control.events import RunObserver
+    from sbrs.runtime.events import RunObserver
     from sbrs.runtime.execute.executor import Runtime
 
 

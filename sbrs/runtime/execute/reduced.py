@@ -52,9 +52,9 @@ if TYPE_CHECKING:
     from sbrs.app.app import App
     from sbrs.app.config import AppConfig
     from sbrs.build.artifact import LoadedBuild
-    from sbrs.control.events import RunObserver
     from sbrs.model.cnn import CnnModel
     from sbrs.runtime.compile.parts import Tiles
+    from sbrs.runtime.events import RunObserver
 
 __all__ = ["ReducedRuntime", "runtime_from_app", "runtime_from_build"]
 

@@ -49,7 +49,7 @@ from typing import Any
 
 from transitions import Machine
 
-from sbrs.control.events import Observers
+from sbrs.runtime.events import Observers
 
 STATES: tuple[str, ...] = ("loading", "running", "switching", "stopping", "stopped")
 
@@ -116,7 +116,7 @@ class _Fsm:
 
 
 class ControlNode:
-    """The control node (module docstring). ``observers`` get every event of ``sbrs.control.events``."""
+    """The control node (module docstring). ``observers`` get every event of ``sbrs.runtime.events``."""
 
     def __init__(self, scenarios: tuple[str, ...], initial: str, *, mode: str = "sbrs-tp",
                  observers: Observers | None = None, clock: Callable[[], float] = time.perf_counter,

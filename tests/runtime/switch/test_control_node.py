@@ -12,9 +12,9 @@ import pytest
 
 from sbrs.app import App
 from sbrs.control.controller import PolicyController
-from sbrs.control.events import Observers
 from sbrs.run.loop import run_frames
 from sbrs.runtime import runtime_for
+from sbrs.runtime.events import Observers
 from sbrs.runtime.switch.control_node import ControlNode
 from sbrs.server import Server
 from sbrs.server.client import Connection

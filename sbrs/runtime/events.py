@@ -1,8 +1,10 @@
-"""What a running app reports as it goes: the seam between the control node and observers such as metrics.
+"""What a running app reports as it goes: the seam between the runtime and observers such as metrics.
 
-The control node (``sbrs run``'s loop, switching, the socket controller) calls a ``RunObserver``'s methods
-as things happen; observers must return quickly and never raise into the caller. ``Observers`` fans one
-event out to several observers. Names and meanings are the contract the metrics stage relies on.
+The runtime (its control node, switching, and ``sbrs run``'s loop and socket controller on its behalf) calls
+a ``RunObserver``'s methods as things happen; observers must return quickly and never raise into the caller.
+``Observers`` fans one event out to several observers. Names and meanings are the contract the interfaces
+(metrics, the control socket's request counts) rely on; the protocol lives with the runtime that emits it, so
+the runtime imports nothing of the interfaces.
 """
 
 from __future__ import annotations
