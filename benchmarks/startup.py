@@ -31,8 +31,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 APPS = ["drone", "multi-cnn", "cifar10", "pamap2", "tiny"]
 
-# The plain ORT user's script: sessions, then frames, one line per frame; the last line is its steady RSS.
-ORT_SCRIPT = r"""
+# Every child's last lines: its RSS and PSS now (bytes), read from /proc.
+PRINT_MEMORY = r"""
+def print_memory():
+    status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+    print("RSS", int(status["VmRSS"].split()[0]) * 1024, flush=True)
+    rollup = dict(line.split(":", 1) for line in open("/proc/self/smaps_rollup") if ":" in line)
+    print("PSS", int(rollup["Pss"].split()[0]) * 1024, flush=True)
+"""
+
+# The plain ORT user's script: sessions, then frames, one line per frame; the last lines are its steady memory.
+ORT_SCRIPT = PRINT_MEMORY + r"""
 import json, sys
 import numpy as np, onnxruntime as ort
 models, shape, dtype, frames, threads = json.loads(sys.argv[1])
@@ -46,34 +55,25 @@ name = active.get_inputs()[0].name
 for index in range(frames):
     out = active.run(None, {name: frame})
     print(json.dumps({"frame": index, "top": int(np.argmax(out[0]))}), flush=True)
-status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
-print("RSS", int(status["VmRSS"].split()[0]) * 1024, flush=True)
-rollup = dict(line.split(":", 1) for line in open("/proc/self/smaps_rollup") if ":" in line)
-print("PSS", int(rollup["Pss"].split()[0]) * 1024, flush=True)
+print_memory()
 """
 
-BARE_SCRIPT = r"""
+BARE_SCRIPT = PRINT_MEMORY + r"""
 import numpy, onnxruntime
-status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
-print("RSS", int(status["VmRSS"].split()[0]) * 1024, flush=True)
-rollup = dict(line.split(":", 1) for line in open("/proc/self/smaps_rollup") if ":" in line)
-print("PSS", int(rollup["Pss"].split()[0]) * 1024, flush=True)
+print_memory()
 """
 
 # sbrs run, with the steady RSS printed after the frames while the runtime is still open (the ORT script's
 # sessions are alive when it reads its RSS; read after ``main`` returns, the closed runtime's sessions would
 # already be gone).
-SBRS_SCRIPT = r"""
+SBRS_SCRIPT = PRINT_MEMORY + r"""
 import sys
 import sbrs.run.loop as loop
 from sbrs.cli import main
 run_frames = loop.run_frames
 def frames_then_rss(*args, **kwargs):
     summary = run_frames(*args, **kwargs)
-    status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
-    print("RSS", int(status["VmRSS"].split()[0]) * 1024, flush=True)
-    rollup = dict(line.split(":", 1) for line in open("/proc/self/smaps_rollup") if ":" in line)
-    print("PSS", int(rollup["Pss"].split()[0]) * 1024, flush=True)
+    print_memory()
     return summary
 loop.run_frames = frames_then_rss
 sys.exit(main(["run", sys.argv[1], "--frames", sys.argv[2], "--no-socket"]))

@@ -185,16 +185,10 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from sbrs.build.artifact import build_dir, compile_in_child, read_manifest
+    from sbrs.build.artifact import config_from_dict, ensure_build, read_manifest
     from sbrs.run.loop import run_app
 
-    folder = build_dir(args.app)
-    if args.rebuild or not (folder / "manifest.json").exists():
-        sys.stderr.write(f"sbrs run: {'rebuilding' if args.rebuild else 'no build of the app yet; building'} "
-                         f"{folder}\n")
-        compile_in_child(args.app)
-    from sbrs.build.artifact import config_from_dict
-
+    folder = ensure_build(args.app, rebuild=args.rebuild)
     config = config_from_dict(read_manifest(folder, args.app)["config"])
     observers: list[Any] = []
     metrics_server = None

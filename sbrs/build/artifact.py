@@ -40,7 +40,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -270,6 +270,18 @@ def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
             high_power=tuple(policy["high_power"]), default_requirements=requirements(policy["default_requirements"])),
         metrics=MetricsConfig(**data["metrics"]),
     )
+
+
+def ensure_build(app_path: str | Path, *, rebuild: bool = False,
+                 say: Callable[[str], Any] | None = None) -> Path:
+    """The app's build folder, built first (in a child process, ``compile_in_child``) when there is none yet
+    or ``rebuild`` asks; ``say`` (default: a line on stderr) tells which."""
+    folder = build_dir(app_path)
+    if rebuild or not (folder / MANIFEST).exists():
+        text = f"sbrs run: {'rebuilding' if rebuild else 'no build of the app yet; building'} {folder}"
+        (say or (lambda line: sys.stderr.write(line + "\n")))(text)
+        compile_in_child(app_path)
+    return folder
 
 
 def compile_in_child(app_path: str | Path) -> None:

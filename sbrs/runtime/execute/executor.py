@@ -300,8 +300,8 @@ class Runtime:
     def _pairs_apart_from_copy_out(self) -> frozenset[tuple[str, str]]:
         """Ordered pairs (o, n) whose transition's new frame writes no byte that the copy-out of o's outputs
         reads (from the bindings really made). For those, a request seen after o's last step lets the new
-        frame run before that copy-out, so its result reaches the caller first (``_start_transition``), also
-        when a frame is one step. A scenario whose copy-out reads no recorded bytes (a device arena's copy
+        frame run before that copy-out, so its result reaches the caller first (``_new_first``), also when a
+        frame is one step. A scenario whose copy-out reads no recorded bytes (a device arena's copy
         sessions): not apart."""
         writes = {scenario: [(start, end) for step in steps for _, start, end in step.writes]
                   for scenario, steps in self.bound_accesses(new_frame=True).items()}
@@ -625,9 +625,17 @@ class Runtime:
             for step in range(1, len(calls)):
                 node.step_done(old_steps, step)
                 calls[step]()
+        return self._new_frame_result(request, old, index, begin, old_steps, 0)
+
+    def _new_frame_result(self, request: SwitchRequest, old: str, index: int, begin: float, ssr_step: int,
+                          overlapped_steps: int) -> FrameResult:
+        """The first frame of ``request``'s SBRS-TP switch from ``old``, computed in the new frame's slots from
+        ``begin``, copied out now: its result with the switch's record (``_new_first``, ``_Transition``)."""
+        new = request.scenario
         outputs = {name: copy() for name, copy in self._new_copy_out[new].items()}
         end = time.perf_counter()
-        record = node.record(request, old, end, ssr_step=old_steps, overlapped_steps=0, mode="sbrs-tp")
+        record = self.node.record(request, old, end, ssr_step=ssr_step, overlapped_steps=overlapped_steps,
+                                  mode="sbrs-tp")
         self._unsettled.append((new, end - begin, request, record))
         return FrameResult(index, new, outputs, end - begin, record)
 
@@ -842,13 +850,8 @@ class _Transition:
                                               self._previous, "sbrs-tp")
 
     def _new_result(self, begin: float) -> FrameResult:
-        runtime, node = self.runtime, self.runtime.node
-        outputs = {name: copy() for name, copy in runtime._new_copy_out[self.new].items()}
-        end = time.perf_counter()
-        record = node.record(self.request, self.old, end, ssr_step=self.ssr_step, overlapped_steps=self.overlapped,
-                             mode="sbrs-tp")
-        runtime._unsettled.append((self.new, end - begin, self.request, record))
-        return FrameResult(self._old_index + 1, self.new, outputs, end - begin, record)
+        return self.runtime._new_frame_result(self.request, self.old, self._old_index + 1, begin, self.ssr_step,
+                                              self.overlapped)
 
     def _old_done(self, step: int) -> None:
         if self._condition is None:  # priority: one thread

@@ -103,22 +103,17 @@ def open_runtime(app_path: str | Path, *, granularity: str | None = None, transi
     No build yet (or ``rebuild``): build one first (in a child process) and say so through ``say``. Runtime
     options other than those the build was compiled for: compile in memory from the app, as before builds.
     """
-    from sbrs.build.artifact import MANIFEST, build_dir, compile_in_child, load_build
+    from sbrs.build.artifact import ensure_build, load_build
     from sbrs.runtime.execute.executor import Runtime
 
     say = say or (lambda text: sys.stderr.write(text + "\n"))
-    folder = build_dir(app_path)
-    if rebuild or not (folder / MANIFEST).exists():
-        say(f"sbrs run: {'rebuilding' if rebuild else 'no build of the app yet; building'} {folder}")
-        compile_in_child(app_path)
+    folder = ensure_build(app_path, rebuild=rebuild, say=say)
     build = load_build(app_path, folder)
     if build.optimized_for is not None and not build.optimized_here:
         say(f"sbrs run: the build's ONNX Runtime-optimised models were made on another machine or onnxruntime "
             f"({build.optimized_for}); loading its portable models instead (a slower start; `sbrs build "
             f"{app_path}` here makes them for this machine)")
-    mode = transition or build.config.runtime.transition
-    arena = build.transition_arena if mode == build.transition else "shadow" if mode == "sbrs-tp" else "shared"
-    if build.matches(granularity, mode, arena):
+    if _build_fits(build, {"granularity": granularity, "transition": transition}):
         if build.reduced is not None and granularity is not None:
             say(f"sbrs run: the app runs by parts under its memory limit; --granularity {granularity} does not apply")
         runtime = runtime_of_build(build, granularity=granularity, transition=transition, observers=observers)
