@@ -98,7 +98,8 @@ class Runner:
 def summary(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
     return {"mean_ms": round(statistics.fmean(ordered) * 1e3, 4),
-            "p95_ms": round(ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))] * 1e3, 4)}
+            "p95_ms": round(ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))] * 1e3, 4),
+            "max_ms": round(ordered[-1] * 1e3, 4), "first_ms": round(values[0] * 1e3, 4)}
 
 
 def measure_delay(app: str, requests: int, seed: int) -> dict[str, Any]:
