@@ -59,7 +59,7 @@ def load_example() -> Callable[[str], App]:
 
 def ort_session(model: onnx.ModelProto | str | Path) -> ort.InferenceSession:
     """A CPU reference session on the global thread pool (created here on first use)."""
-    from sbrs.runtime.execute.device import session_options, use_global_thread_pool
+    from sbrs.ort_env import session_options, use_global_thread_pool
 
     use_global_thread_pool(None)
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)

@@ -18,7 +18,7 @@
 ``<name>.opt.onnx`` (beside each model file above, CPU apps) and ``weights.opt.bin``
     ONNX Runtime's fully optimised form of that model, its (reordered) weights in the one shared file (each
     distinct tensor once), valid only on the
-    machine and onnxruntime version it was made with (``optimized_for``, ``sbrs.runtime.execute.device.machine_key``).
+    machine and onnxruntime version it was made with (``optimized_for``, ``sbrs.ort_env.machine_key``).
     Where they match, the runtime loads these without optimising again (a start several times faster);
     elsewhere it loads the portable files above and optimises them as it loads them.
 
@@ -215,7 +215,7 @@ def optimized_here(manifest: Mapping[str, Any]) -> bool:
     made_for = manifest["optimized_for"]
     if made_for is None:
         return False
-    from sbrs.runtime.execute.device import machine_key, resolve_providers
+    from sbrs.ort_env import machine_key, resolve_providers
 
     providers = resolve_providers(tuple(manifest["config"]["runtime"]["providers"]))
     return bool(made_for == machine_key(providers))

@@ -113,13 +113,13 @@ def scenario_memory_mb(app: App, plan: UnitPlan) -> dict[str, float]:
 
 def _save_optimized_models(app: App, staging: Path) -> tuple[str | None, str | None]:
     """Beside every model file of the build, ONNX Runtime's optimised form for this machine (``<name>.opt.onnx``,
-    ``sbrs.runtime.execute.device.save_optimized``), their weights in one file (``_share_optimized_weights``).
+    ``sbrs.ort_env.save_optimized``), their weights in one file (``_share_optimized_weights``).
 
     Returns the machine they are valid on (``machine_key``) and None, or None and why none were made: the app
     runs on a GPU provider (the optimised form would fix node placement), the CPU's flags cannot be read, or
     ONNX Runtime could not write one of them (then none is kept: the build stays whole and portable).
     """
-    from sbrs.runtime.execute.device import (
+    from sbrs.ort_env import (
         CPU_PROVIDER,
         machine_key,
         resolve_providers,

@@ -247,8 +247,8 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
     event (metrics plug in here)."""
     from sbrs.control.controller import PolicyController
     from sbrs.errors import InputError
+    from sbrs.ort_env import release_free_memory
     from sbrs.run.frames import open_frames
-    from sbrs.runtime.execute.device import release_free_memory
     from sbrs.runtime.execute.open import open_runtime
 
     if frames is not None and frames < 0:

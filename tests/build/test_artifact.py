@@ -25,8 +25,8 @@ from sbrs.build.artifact import (
 )
 from sbrs.build.compile import compile_app
 from sbrs.errors import InputError
+from sbrs.ort_env import machine_key, session_options
 from sbrs.runtime import runtime_for
-from sbrs.runtime.execute.device import machine_key, session_options
 from sbrs.runtime.execute.executor import Runtime
 from sbrs.runtime.execute.open import open_runtime
 from tests.conftest import FORBIDDEN_FOR_UNITS, modules_a_run_loads
@@ -74,7 +74,7 @@ def test_build_runs_like_onnx_runtime_on_each_scenario_model(name: str, here: bo
     if name == "pamap2":  # its scenarios' units repeat layers (27 references to 16 tensors)
         assert len(set(references)) < len(references)
     if not here:
-        monkeypatch.setattr("sbrs.runtime.execute.device.machine_key", lambda providers: "another machine")
+        monkeypatch.setattr("sbrs.ort_env.machine_key", lambda providers: "another machine")
     loaded = load_build(app.config.path, folder)
     assert loaded.optimized_here is here
     build = Runtime(build=loaded)
@@ -221,7 +221,7 @@ def test_run_says_when_the_optimised_files_are_for_another_machine(tiny: Path,
     runtime, _, _ = open_runtime(tiny, say=said.append)
     runtime.close()
     assert said == []
-    monkeypatch.setattr("sbrs.runtime.execute.device.machine_key", lambda providers: "another machine")
+    monkeypatch.setattr("sbrs.ort_env.machine_key", lambda providers: "another machine")
     runtime, _, _ = open_runtime(tiny, say=said.append)
     runtime.close()
     assert len(said) == 1 and "another machine" in said[0] and "sbrs build" in said[0]
@@ -238,9 +238,9 @@ def test_a_build_without_optimised_files_says_why_and_runs_the_portable_ones(
                 raise RuntimeError("cannot serialise this node")
             shutil.copy(source, target)  # the files made before the failure must be removed
 
-        monkeypatch.setattr("sbrs.runtime.execute.device.save_optimized", refuse)
+        monkeypatch.setattr("sbrs.ort_env.save_optimized", refuse)
     else:
-        monkeypatch.setattr("sbrs.runtime.execute.device.machine_key", lambda providers: None)
+        monkeypatch.setattr("sbrs.ort_env.machine_key", lambda providers: None)
     app_path = tmp_path / "tiny.yaml"
     shutil.copy(APPS / "tiny.yaml", app_path)
     manifest = compile_app(load_app(app_path))

@@ -297,7 +297,7 @@ def test_a_plain_session_after_a_runtime_needs_shared_threads() -> None:
     import onnxruntime as ort
 
     from sbrs.app import load_app
-    from sbrs.runtime.execute.device import session_options
+    from sbrs.ort_env import session_options
 
     app = load_app(TINY)
     with runtime_for(app):

@@ -26,7 +26,7 @@ class References:
     """Each scenario's own ONNX file in a standalone ONNX Runtime session: the ground truth (invariant 1)."""
 
     def __init__(self, app: App) -> None:
-        from sbrs.runtime.execute.device import create_session, use_global_thread_pool
+        from sbrs.ort_env import create_session, use_global_thread_pool
 
         use_global_thread_pool(None)
         self.sessions = {s.name: create_session(s.model_path, ("CPUExecutionProvider",)) for s in app.config.scenarios}

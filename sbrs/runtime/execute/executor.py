@@ -9,7 +9,7 @@ execution units (``sbrs.runtime.compile.units``), plan the boundary tensors into
 (``sbrs.runtime.compile.arena``), then load every unit once, whatever the number of scenarios using it, and bind its
 inputs and outputs to their arena slots once per (scenario, unit). The app's models are not kept: after
 building, the runtime holds only sessions, bindings, the arena and the (small) ``UnitPlan``. Drop the
-``App`` afterwards and call ``sbrs.runtime.execute.device.release_free_memory()`` to give the parsed weights' memory
+``App`` afterwards and call ``sbrs.ort_env.release_free_memory()`` to give the parsed weights' memory
 back to the system (``sbrs run`` and ``sbrs bench`` do).
 
 Per frame (``infer``): check the frame, copy it into the arena, call ``run_with_iobinding`` for each unit of
@@ -46,18 +46,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sbrs.errors import InputError, SbrsRuntimeError
+from sbrs.ort_env import ThreadPool, create_session, release_free_memory, resolve_providers, use_global_thread_pool
 from sbrs.runtime.events import Observers, RunObserver
-from sbrs.runtime.execute.device import (
-    ArenaMemory,
-    ThreadPool,
-    copy_model,
-    create_session,
-    device_of,
-    iobinding_runner,
-    release_free_memory,
-    resolve_providers,
-    use_global_thread_pool,
-)
+from sbrs.runtime.execute.device import ArenaMemory, copy_model, device_of, iobinding_runner
 from sbrs.runtime.switch.control_node import ControlNode, SwitchRecord, SwitchRequest
 from sbrs.runtime.switch.transition import (
     TRANSITION_MODES,

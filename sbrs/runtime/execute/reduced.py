@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sbrs.errors import InputError, SbrsRuntimeError
+from sbrs.ort_env import create_session
 from sbrs.runtime.compile.band_calls import (
     GRANULARITY,
     MODELS_APP,
@@ -42,7 +43,7 @@ from sbrs.runtime.compile.band_calls import (
     models_config,
     parts_transitions,
 )
-from sbrs.runtime.execute.device import ArenaMemory, create_session, iobinding_runner
+from sbrs.runtime.execute.device import ArenaMemory, iobinding_runner
 from sbrs.runtime.execute.executor import Frame, Runtime, runtime_options
 from sbrs.runtime.switch.transition import StepAccess
 

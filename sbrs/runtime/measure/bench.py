@@ -58,7 +58,7 @@ def _fps(run_frame: Callable[[], object], frames: int) -> float:
 def measure_throughput(app_path: str, *, frames: int, repeats: int, granularity: str | None) -> dict[str, Any]:
     """The fps part of the benchmark, in this process (module docstring)."""
     from sbrs.app import load_app
-    from sbrs.runtime.execute.device import create_session
+    from sbrs.ort_env import create_session
 
     app = load_app(app_path)
     runtime = runtime_for(app, granularity=granularity)
@@ -151,7 +151,7 @@ _SBRS_PROBE = """
 import gc, json, sys
 import numpy as np
 from sbrs.build.artifact import load_build
-from sbrs.runtime.execute.device import release_free_memory
+from sbrs.ort_env import release_free_memory
 from sbrs.runtime.execute.open import runtime_of_build
 args = json.loads(sys.argv[1])
 build = load_build(args["app"])
@@ -191,7 +191,7 @@ def measure_memory(app_path: str, *, granularity: str | None) -> dict[str, Any]:
     """
     from sbrs.app.config import load_app_config
     from sbrs.build.artifact import build_dir, compile_in_child, verify_build
-    from sbrs.runtime.execute.device import resolve_providers
+    from sbrs.ort_env import resolve_providers
 
     config = load_app_config(app_path)
     providers = resolve_providers(tuple(config.runtime.providers), where=config.path)
@@ -410,7 +410,7 @@ def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | No
     import random
 
     from sbrs.app import load_app
-    from sbrs.runtime.execute.device import create_session
+    from sbrs.ort_env import create_session
 
     unknown = [m for m in methods if m not in SWITCH_METHODS]
     if repeats < 1 or unknown or not methods:
