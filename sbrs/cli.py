@@ -202,7 +202,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"sbrs run: metrics on {metrics_server.url}\n")
     try:
         return run_app(args.app, frames=args.frames, source=args.input, output=args.output, seed=args.seed,
-                       granularity=args.granularity, transition=args.transition, socket_path=args.socket,
+                       granularity=args.granularity, transition=args.transition, on_switch=args.on_switch,
+                       socket_path=args.socket,
                        listen=args.listen, no_socket=args.no_socket, order=args.order, observers=observers,
                        summary_path=args.summary)
     finally:
@@ -391,6 +392,9 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
                      help="override runtime.granularity of the app")
     run.add_argument("--transition", choices=("sbrs-tp", "naive"), default=None,
                      help="override runtime.transition of the app (how switches run)")
+    run.add_argument("--on-switch", choices=("finish", "cancel"), default=None,
+                     help="override runtime.on_switch of the app: let the frame in flight finish on the old "
+                          "scenario, or cancel it and run that frame again on the new one")
     run.add_argument("--order", choices=("completion", "stream"), default="completion",
                      help="order of the JSON lines: as each frame's outputs exist (default; during an SBRS-TP switch "
                           "the new scenario's first frame may come before the frame in flight) or as frames came")
@@ -420,7 +424,9 @@ def _bench_arguments(bench: argparse.ArgumentParser) -> None:
                        help="with --switching: SBRS-TP's arena (default shadow)")
     bench.add_argument("--methods", default="sbrs-tp,sbrs-naive,ort-all,ort-load", metavar="M,M,...",
                        help="with --switching: what to measure (sbrs-tp, sbrs-naive, ort-all: plain ONNX Runtime with "
-                            "every session loaded, ort-load: ONNX Runtime loading the new session on a switch)")
+                            "every session loaded, ort-load: ONNX Runtime loading the new session on a switch; "
+                            "also sbrs-cancel: sbrs with on_switch cancel, ort-cancel: ONNX Runtime stopping its "
+                            "call in flight, both running that frame again on the new scenario)")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
 
 

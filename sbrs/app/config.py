@@ -65,7 +65,9 @@ class RuntimeOptions:
     """``runtime:`` of the app. ``share_min_mb``: the least weight memory a run of steps must hold to be shared
     by scenarios as one execution unit (``sbrs.runtime.compile.units``); smaller runs are compiled into each scenario's
     own units. ``switch_steps``: under SBRS-TP, how many steps of similar work a frame is cut into at most, so
-    a switch waits for about 1/switch_steps of the old frame."""
+    a switch waits for about 1/switch_steps of the old frame. ``on_switch``: what a switch does to the frame in
+    flight, ``finish`` it on the old scenario or ``cancel`` it and run it again on the new one
+    (``sbrs.runtime.execute.executor.Runtime``)."""
 
     providers: tuple[str, ...]
     threads: int | None
@@ -73,6 +75,7 @@ class RuntimeOptions:
     transition: str
     share_min_mb: float = 1.0
     switch_steps: int = 4
+    on_switch: str = "finish"
 
 
 @dataclass(frozen=True)
@@ -361,7 +364,8 @@ def load_app_config(path: str | Path) -> AppConfig:
         initial=initial,
         scenarios=tuple(scenarios),
         runtime=RuntimeOptions(tuple(app.runtime.providers), app.runtime.threads, app.runtime.granularity,
-                               app.runtime.transition, float(app.runtime.share_min_mb), app.runtime.switch_steps),
+                               app.runtime.transition, float(app.runtime.share_min_mb), app.runtime.switch_steps,
+                               app.runtime.on_switch),
         memory_limit_mb=app.memory_limit_mb,
         policy=_resolve_policy(app.policy, names, scenarios[names.index(initial)].requirements, doc),
         metrics=_resolve_metrics(app.metrics, doc),

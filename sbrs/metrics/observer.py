@@ -22,6 +22,8 @@ Metrics (``MetricsObserver.METRICS`` lists the names):
   ``other``) by result.
 - ``sbrs_frames_total{scenario}`` and ``sbrs_inference_seconds{scenario}`` (histogram,
   ``INFERENCE_BUCKETS``, 0.1 ms to 5 s): frames served and their inference time per scenario.
+- ``sbrs_frames_cancelled_total{scenario}``: frames abandoned on ``scenario`` for a switch
+  (``runtime.on_switch: cancel``) and run again from their start on the new scenario.
 - ``sbrs_scenario_high_power{scenario}``: 1 for the scenarios the app's ``policy.high_power`` lists, else 0.
 - Memory figures of the plan, in bytes, NaN until ``started`` reports them (the ``facts`` keys in brackets,
   see ``FACT_GAUGES``): ``sbrs_arena_bytes`` [arena_bytes], ``sbrs_parameters_bytes`` [params_bytes],
@@ -127,6 +129,7 @@ class MetricsObserver:
         "sbrs_active_scenario", "sbrs_control_state", "sbrs_scenario_switches_total",
         "sbrs_switch_response_delay_seconds", "sbrs_last_switch_response_delay_seconds",
         "sbrs_switch_requests_total", "sbrs_control_requests_total", "sbrs_frames_total", "sbrs_inference_seconds",
+        "sbrs_frames_cancelled_total",
         "sbrs_scenario_high_power", *(name for name, _ in FACT_GAUGES.values()),
         *(name for name, _ in ENVIRONMENT_GAUGES.values()), "sbrs_build_info")
 
@@ -166,6 +169,9 @@ class MetricsObserver:
         self.control_requests = Counter("sbrs_control_requests", "Control requests by op and result",
                                         ["op", "result"], registry=reg)
         self.frames = Counter("sbrs_frames", "Frames served, by scenario", ["scenario"], registry=reg)
+        self.cancelled = Counter("sbrs_frames_cancelled", "Frames abandoned for a switch and run again on the new"
+                                 " scenario (runtime.on_switch: cancel), by the scenario abandoned", ["scenario"],
+                                 registry=reg)
         self.inference = Histogram("sbrs_inference_seconds", "Inference time of one frame, by scenario",
                                    ["scenario"], buckets=INFERENCE_BUCKETS, registry=reg)
         self.high_power = Gauge("sbrs_scenario_high_power", "1 if the app's policy marks the scenario high-power",
@@ -184,6 +190,7 @@ class MetricsObserver:
         marked = set(high_power)
         for name in self.scenarios:
             self.frames.labels(scenario=name)
+            self.cancelled.labels(scenario=name)
             self.inference.labels(scenario=name)
             self.high_power.labels(scenario=name).set(1 if name in marked else 0)
             for other in self.scenarios:
@@ -240,6 +247,11 @@ class MetricsObserver:
         value = _number(seconds)
         if value is not None and value >= 0:
             self.inference.labels(scenario=scenario).observe(value)
+
+    def frame_cancelled(self, scenario: str, steps_done: int) -> None:
+        """Count a frame of ``scenario`` abandoned for a switch."""
+        if scenario in self.scenarios:
+            self.cancelled.labels(scenario=scenario).inc()
 
     def switch_done(self, old: str, new: str, response_delay_s: float) -> None:
         """Count the switch ``old`` → ``new``, observe its response delay Δ, and show ``new`` as active."""

@@ -239,7 +239,8 @@ def json_lines_writer(stream: IO[str]) -> Callable[[FrameRecord], None]:
 
 
 def run_app(app_path: str, *, frames: int | None, source: str | None, output: str | None, seed: int,
-            granularity: str | None = None, transition: str | None = None, socket_path: str | None = None,
+            granularity: str | None = None, transition: str | None = None, on_switch: str | None = None,
+            socket_path: str | None = None,
             listen: str | None = None, no_socket: bool = False, order: str = "completion",
             observers: Iterable[RunObserver] = (), summary_path: str | None = None) -> int:
     """``sbrs run``: load the app, serve the control socket, run frames (JSON lines to stdout or ``output``),
@@ -263,7 +264,7 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
         fan_out = Observers(observers)
         # from the app's verified build (sbrs.build.artifact); the models are never parsed in this process
         runtime, config, memory = open_runtime(app_path, granularity=granularity, transition=transition,
-                                               observers=fan_out)
+                                               on_switch=on_switch, observers=fan_out)
         try:
             frame_source = open_frames(source, config.input, seed)
         except BaseException:

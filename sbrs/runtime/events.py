@@ -29,6 +29,10 @@ class RunObserver(Protocol):
     def frame_done(self, scenario: str, seconds: float) -> None:
         """A frame finished on ``scenario`` after ``seconds`` of inference."""
 
+    def frame_cancelled(self, scenario: str, steps_done: int) -> None:
+        """A frame on ``scenario`` was abandoned after ``steps_done`` steps for a switch (``runtime.on_switch:
+        cancel``); the same frame runs again from its start on the new scenario, so no frame is lost."""
+
     def switch_done(self, old: str, new: str, response_delay_s: float) -> None:
         """A switch ended: Δ = time from the request's arrival to the first output of ``new`` (thesis 5.9)."""
 
@@ -60,6 +64,9 @@ class Observers:
 
     def frame_done(self, scenario: str, seconds: float) -> None:
         self._emit("frame_done", scenario, seconds)
+
+    def frame_cancelled(self, scenario: str, steps_done: int) -> None:
+        self._emit("frame_cancelled", scenario, steps_done)
 
     def switch_done(self, old: str, new: str, response_delay_s: float) -> None:
         self._emit("switch_done", old, new, response_delay_s)

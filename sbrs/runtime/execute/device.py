@@ -31,9 +31,11 @@ def device_of(providers: tuple[str, ...]) -> str:
     return "cuda" if providers[0] in GPU_PROVIDERS else "cpu"
 
 
-def iobinding_runner(session: ort.InferenceSession, binding: ort.IOBinding) -> Callable[[], Any]:
-    """A call that runs ``session`` on ``binding``: ``session.run_with_iobinding(binding)`` without the Python
-    wrapper around it when its native parts are there.
+def iobinding_runner(session: ort.InferenceSession, binding: ort.IOBinding,
+                     run_options: ort.RunOptions | None = None) -> Callable[[], Any]:
+    """A call that runs ``session`` on ``binding``: ``session.run_with_iobinding(binding, run_options)`` without
+    the Python wrapper around it when its native parts are there. ``run_options``: the runtime's, whose
+    ``terminate`` flag cancels the call in flight (``runtime.on_switch: cancel``).
 
     onnxruntime's wrapper (1.32) checks for WebGPU graph capture on every call before the native call: about
     1 µs a call (tiny's unit: 120.3 against 121.4 µs, interleaved medians), paid once per unit per frame and
@@ -44,8 +46,8 @@ def iobinding_runner(session: ort.InferenceSession, binding: ort.IOBinding) -> C
     native_session = getattr(session, "_sess", None)
     native_binding = getattr(binding, "_iobinding", None)
     if native_binding is None or not hasattr(native_session, "run_with_iobinding"):
-        return functools.partial(session.run_with_iobinding, binding)
-    return functools.partial(native_session.run_with_iobinding, native_binding, None)
+        return functools.partial(session.run_with_iobinding, binding, run_options)
+    return functools.partial(native_session.run_with_iobinding, native_binding, run_options)
 
 
 class ArenaMemory:

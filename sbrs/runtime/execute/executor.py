@@ -44,6 +44,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import onnxruntime as ort
 
 from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.ort_env import ThreadPool, create_session, release_free_memory, resolve_providers, use_global_thread_pool
@@ -61,8 +62,6 @@ from sbrs.runtime.switch.transition import (
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
-    import onnxruntime as ort
-
     from sbrs.app.app import App
     from sbrs.app.config import AppConfig
     from sbrs.build.artifact import LoadedBuild
@@ -77,6 +76,11 @@ TRANSITION_SCHEDULES: tuple[str, ...] = ("priority", "threads")
 MAX_UNSETTLED = 8
 #: The order ``Runtime.process`` yields results in: as their outputs exist, or as the frames came.
 RESULT_ORDERS: tuple[str, ...] = ("completion", "stream")
+#: What a switch request does to the frame in flight (app.yaml ``runtime.on_switch``): let it finish on the old
+#: scenario, or cancel it and run that frame again from its start on the new one (``Runtime._cancelling``).
+ON_SWITCH: tuple[str, ...] = ("finish", "cancel")
+#: How ONNX Runtime's error reads when a call stopped because its ``RunOptions.terminate`` was set.
+_TERMINATED = "terminate flag"
 
 
 @dataclass(slots=True)  # not frozen: it is built on the switch's critical path, and frozen costs 3x
@@ -94,7 +98,7 @@ class FrameResult:
 def runtime_options(config: AppConfig, transition: str | None, transition_arena: str | None,
                     transition_schedule: str) -> tuple[str, str]:
     """The transition mode and transition arena a runtime of ``config`` runs with (``Runtime``'s options,
-    checked: an unknown value is an ``InputError``)."""
+    checked: an unknown value is an ``InputError``; ``on_switch`` is checked by ``Runtime._start``)."""
     mode = transition or config.runtime.transition
     if mode not in TRANSITION_MODES:
         raise InputError(f"unknown transition '{mode}' (allowed: {', '.join(TRANSITION_MODES)})",
@@ -120,12 +124,16 @@ class Runtime:
     ``sbrs.runtime.switch.transition.plan_shadow``). ``transition_schedule``: ``priority``
     (default) runs both frames on the calling thread, a new step as soon as its wait allows, an old step
     otherwise; ``threads`` runs the new frame on a worker thread concurrently with the old one (Algorithm 7's
-    parallelism; pays off only with cores to spare, see ``_Transition``). ``observers`` get the run events.
+    parallelism; pays off only with cores to spare, see ``_Transition``). ``on_switch`` overrides app.yaml's
+    ``runtime.on_switch``: ``finish`` (default) lets the frame in flight finish on the old scenario, ``cancel``
+    abandons it and runs it again on the new one (``_cancelling``; no SBRS-TP transition then). ``observers`` get
+    the run events.
     """
 
     def __init__(self, app: App | None = None, *, build: LoadedBuild | None = None, granularity: str | None = None,
                  transition: str | None = None, transition_arena: str | None = None,
-                 transition_schedule: str = "priority", observers: Iterable[RunObserver] = ()) -> None:
+                 transition_schedule: str = "priority", on_switch: str | None = None,
+                 observers: Iterable[RunObserver] = ()) -> None:
         """From an ``App`` (derives and compiles everything here) or from a verified ``sbrs build`` artifact
         (``build``: ``sbrs.build.artifact.load_build``; its plan, tables and unit files are used as they are)."""
         if (app is None) == (build is None):
@@ -139,7 +147,7 @@ class Runtime:
             raise InputError(f"the build was compiled for granularity {build.granularity}, transition "
                              f"{build.transition}, arena {build.transition_arena}; run `sbrs build` with the "
                              f"options wanted or load the app", field="build")
-        self._start(config, mode, transition_schedule, observers)
+        self._start(config, mode, transition_schedule, observers, on_switch)
         shadow: Mapping[str, int] | None
         self.transitions: TransitionPlan
         if build is not None:
@@ -188,13 +196,22 @@ class Runtime:
         self.node.loaded(self.facts())
 
     def _start(self, config: AppConfig, mode: str, transition_schedule: str,
-               observers: Iterable[RunObserver]) -> None:
+               observers: Iterable[RunObserver], on_switch: str | None) -> None:
         """What every way of executing a plan shares: the control node, providers, the thread pool, the lock and
         the (empty) tables of calls and frame I/O that the engine (``_execute``, ``_Transition``) runs."""
+        self.on_switch = on_switch or config.runtime.on_switch
+        if self.on_switch not in ON_SWITCH:
+            raise InputError(f"unknown on_switch '{self.on_switch}' (allowed: {', '.join(ON_SWITCH)})",
+                             field="runtime.on_switch")
         self.transition_schedule = transition_schedule
         self.observers = observers if isinstance(observers, Observers) else Observers(observers)
+        # every call runs with these options; under ``cancel`` the control node sets ``terminate`` while a switch
+        # to another scenario is pending, and ONNX Runtime stops the call in flight at its next node
+        self._run_options = ort.RunOptions()
+        self._cancellable = True  # whether a request may cancel the frame in flight (``_cancelling``)
         self.node = ControlNode(tuple(s.name for s in config.scenarios), config.initial, mode=mode,
-                                observers=self.observers)
+                                observers=self.observers,
+                                interrupt=self._interrupt if self.on_switch == "cancel" else None)
         self.providers = resolve_providers(tuple(config.runtime.providers), where=config.path)
         self.device = device_of(self.providers)
         self.thread_pool: ThreadPool = use_global_thread_pool(config.runtime.threads)
@@ -243,7 +260,12 @@ class Runtime:
             binding.bind_output(name, self.device, 0, dtype, list(shape), pointer)
             writes.append(self._bound_ranges[-1])
 
-        return iobinding_runner(session, binding)
+        return iobinding_runner(session, binding, self._run_options)
+
+    def _interrupt(self, cancel: bool) -> None:
+        """The control node's ``interrupt`` under ``on_switch: cancel`` (called under its lock): cancel the frame
+        in flight unless it is already one run again after a cancellation (``_cancelling``)."""
+        self._run_options.terminate = cancel and self._cancellable
 
     def _bind_shadow(self, shadow: Mapping[str, int], input_name: str) -> None:
         """Bindings of every (scenario, unit) and frame I/O to the shadow slots (``plan_shadow``; CPU arena)."""
@@ -510,6 +532,8 @@ class Runtime:
         """
         if self._closed:
             raise SbrsRuntimeError("the runtime is closed")
+        if self.on_switch == "cancel":
+            return self._cancelling(arrays, index, inject)
         node = self.node
         if node.pending is None or len(self._unsettled) >= MAX_UNSETTLED:
             self._settle()  # else the switch goes first; the bookkeeping waits (bounded, requests may never stop)
@@ -542,16 +566,72 @@ class Runtime:
         return self._old_frame_result(scenario, index, begin, request, previous, mode)
 
     def _old_frame_result(self, scenario: str, index: int, begin: float, request: SwitchRequest | None,
-                          previous: str, mode: str) -> FrameResult:
+                          previous: str, mode: str, cancelled_steps: int | None = None) -> FrameResult:
         """A frame computed on ``scenario`` from ``begin``, copied out now: its result, with the record of the
         switch it was the first frame of (``request`` from ``previous``, at a frame boundary) if any."""
         outputs = {name: copy() for name, copy in self._copy_out[scenario].items()}
         done = time.perf_counter()
         record = None
         if request is not None:
-            record = self.node.record(request, previous, done, ssr_step=None, overlapped_steps=0, mode=mode)
+            record = self.node.record(request, previous, done, ssr_step=None, overlapped_steps=0, mode=mode,
+                                      cancelled_steps=cancelled_steps)
         self._unsettled.append((scenario, done - begin, request, record))
         return FrameResult(index, scenario, outputs, done - begin, record)
+
+    def _cancelling(self, arrays: Mapping[str, np.ndarray], index: int,
+                    inject: tuple[int, str] | None) -> FrameResult:
+        """Run frame ``index`` under ``on_switch: cancel``. The caller holds the lock.
+
+        A switch request for another scenario abandons the frame in flight: ONNX Runtime stops the call under
+        way at its next node (the control node sets the calls' ``RunOptions.terminate`` while such a request is
+        pending), or the loop stops between two steps; then the same frame runs again from its start on the new
+        scenario. So Δ is the rest of one node plus the new frame, where finishing costs the rest of the old
+        frame; the old scenario's work on that frame is lost, the frame is not: its one result comes from the new
+        scenario, and its record's ``cancelled_steps`` says how many old steps had run (observers get
+        ``frame_cancelled``). A request seen after the last step finds the frame complete: it is delivered, and
+        the switch happens at the frame boundary. A frame is cancelled at most once: requests arriving while
+        it runs again wait for its end (the frame boundary), so that requests coming faster than frames can
+        never keep every frame from finishing. No SBRS-TP transition runs in this mode: abandoning the old frame
+        leaves it nothing to overlap.
+        """
+        node = self.node
+        cancelled: int | None = None
+        self._cancellable = True  # (a request arriving now is taken by ``take`` below, which clears terminate)
+        while True:
+            if node.pending is None or len(self._unsettled) >= MAX_UNSETTLED:
+                self._settle()
+            previous = node.scenario
+            request = node.take()  # clears ``terminate`` under the node's lock when it takes a request
+            scenario = node.scenario
+            calls = self._calls[scenario]
+            last = len(calls)
+            begin = time.perf_counter()
+            for array in arrays.values():
+                self._copy_in[scenario](array)
+            done = 0
+            try:
+                for call in calls:
+                    if inject is not None and inject[0] == done + 1:
+                        node.request(inject[1], "bench")
+                    call()
+                    done += 1
+                    if done == 1 and request is not None and last > 1:
+                        node.begin(request)
+                    pending = node.pending
+                    if done < last and pending is not None and pending.scenario != scenario and cancelled is None:
+                        break
+                else:
+                    mode = node.mode if cancelled is None else "cancel"
+                    return self._old_frame_result(scenario, index, begin, request, previous, mode, cancelled)
+            except Exception as error:  # onnxruntime raises RuntimeError (IOBinding) or its own Fail for it
+                if _TERMINATED not in str(error):
+                    raise
+            inject = None
+            self._cancellable = False  # before ``take`` clears terminate: later requests leave it cleared
+            node.frame_cancelled(scenario, done)
+            if request is not None:  # this frame was the first of a switch that now ends without an output
+                node.abandon(request)
+            cancelled = done
 
     def _settle(self) -> None:
         """The bookkeeping of frames whose results went out (observers' ``frame_done``, the control node's end

@@ -96,7 +96,7 @@ def runtime_of_build(build: LoadedBuild, **options: Any) -> Runtime:
 
 
 def open_runtime(app_path: str | Path, *, granularity: str | None = None, transition: str | None = None,
-                 observers: Iterable[RunObserver] = (), rebuild: bool = False,
+                 on_switch: str | None = None, observers: Iterable[RunObserver] = (), rebuild: bool = False,
                  say: Any = None) -> tuple[Runtime, AppConfig, Mapping[str, float]]:
     """What ``sbrs run`` runs: the runtime of the app's current build, its config and per-scenario memory (MB).
 
@@ -116,7 +116,8 @@ def open_runtime(app_path: str | Path, *, granularity: str | None = None, transi
     if _build_fits(build, {"granularity": granularity, "transition": transition}):
         if build.reduced is not None and granularity is not None:
             say(f"sbrs run: the app runs by parts under its memory limit; --granularity {granularity} does not apply")
-        runtime = runtime_of_build(build, granularity=granularity, transition=transition, observers=observers)
+        runtime = runtime_of_build(build, granularity=granularity, transition=transition, on_switch=on_switch,
+                                   observers=observers)
         return runtime, build.config, build.scenario_memory_mb
     say(f"sbrs run: the build is for granularity {build.granularity}, transition {build.transition}; "
         f"compiling the requested options in memory")
@@ -124,6 +125,6 @@ def open_runtime(app_path: str | Path, *, granularity: str | None = None, transi
     from sbrs.build.compile import scenario_memory_mb
 
     app = load_app(app_path)
-    runtime = Runtime(app, granularity=granularity, transition=transition, observers=observers)
+    runtime = Runtime(app, granularity=granularity, transition=transition, on_switch=on_switch, observers=observers)
     memory = scenario_memory_mb(app, runtime.plan)
     return runtime, app.config, memory

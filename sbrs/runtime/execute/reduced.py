@@ -74,13 +74,13 @@ class ReducedRuntime(Runtime):
 
     def __init__(self, config: AppConfig, plan: ReducedPlan, sessions: Mapping[str, str | onnx.ModelProto], *,
                  transition: str | None = None, transition_arena: str | None = None,
-                 transition_schedule: str = "priority", observers: Iterable[RunObserver] = (),
-                 optimized: bool = False) -> None:
+                 transition_schedule: str = "priority", on_switch: str | None = None,
+                 observers: Iterable[RunObserver] = (), optimized: bool = False) -> None:
         mode, arena = runtime_options(config, transition, transition_arena or "shared", transition_schedule)
         if arena != "shared":
             raise InputError(f"transition arena '{arena}' is not available when the app runs by parts (its "
                              "arena is bounded by memory_limit_mb): use 'shared'", field="transition_arena")
-        self._start(config, mode, transition_schedule, observers)
+        self._start(config, mode, transition_schedule, observers, on_switch)
         if self.device != "cpu":
             raise InputError("processing by parts runs on the CPU provider only (line-buffer moves are numpy "
                              "copies)", field="runtime.providers")
@@ -185,7 +185,7 @@ class ReducedRuntime(Runtime):
                     name = f"{t}::rows" if buffer.layout == ROWS else t
                     bind(name, "cpu", 0, view.dtype, list(view.shape), view.ctypes.data)
                     spans.append(self._bound(scenario, t, view))
-            steps.append(_step(iobinding_runner(session, binding), tuple(moves)))
+            steps.append(_step(iobinding_runner(session, binding, self._run_options), tuple(moves)))
         self._calls[scenario] = tuple(steps)
         source = buffers[parts.input]
         if parts.streamed:  # the feeds copy the frame's rows; the copy-in only hands them the caller's array

@@ -16,6 +16,7 @@ steady and peak (``VmHWM``: loading and switching). What sbrs imports is part of
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import statistics
@@ -277,8 +278,11 @@ def _ratio(value: float | None) -> str:
 
 #: How the switches are made in ``measure_switching``: sbrs under SBRS-TP and naive switching, plain ONNX
 #: Runtime with every scenario's session loaded (switch at the frame boundary), and ONNX Runtime loading the
-#: new scenario's session when the switch comes (the two things a user would do without sbrs).
-SWITCH_METHODS: tuple[str, ...] = ("sbrs-tp", "sbrs-naive", "ort-all", "ort-load")
+#: new scenario's session when the switch comes (the two things a user would do without sbrs); the default.
+#: Besides, when the frame in flight may be given up: sbrs with ``on_switch: cancel`` and plain ONNX Runtime
+#: stopping its call through ``RunOptions.terminate``, each running that frame again on the new scenario.
+DEFAULT_SWITCH_METHODS: tuple[str, ...] = ("sbrs-tp", "sbrs-naive", "ort-all", "ort-load")
+SWITCH_METHODS: tuple[str, ...] = (*DEFAULT_SWITCH_METHODS, "sbrs-cancel", "ort-cancel")
 #: Seconds a single Δ sample may stream frames before the bench gives up on it. The request thread may wait
 #: for a core and the GIL for milliseconds (its request time is taken once it runs, so Δ is not affected).
 MAX_SAMPLE_S = 5.0
@@ -362,26 +366,40 @@ def _sbrs_delay(runtime: Any, old: str, new: str, frame: np.ndarray, delay_s: fl
 
 
 def _ort_delay(sessions: dict[str, Any], old: str, new: str, feed_name: str, frame: np.ndarray, delay_s: float,
-               load: Callable[[str], Any] | None, request: _Requester) -> float:
+               load: Callable[[str], Any] | None, request: _Requester, cancel: Any = None) -> float:
     """One caller-side Δ of plain ONNX Runtime, the same request thread: the loop switches session at the frame
-    boundary; with ``load``, the new session is created then (and the old one dropped), else all are loaded."""
+    boundary; with ``load``, the new session is created then (and the old one dropped), else all are loaded.
+    With ``cancel`` (an ``ort.RunOptions`` every run gets), the request also sets its ``terminate``: the call
+    in flight stops, and the loop runs that frame again on the new session."""
     active = {old: sessions[old]} if load is None else {old: load(old)}
     current = old
     wanted = [old]
     active[old].run(None, {feed_name: frame})
 
+    def ask() -> None:
+        wanted[0] = new
+        if cancel is not None:
+            cancel.terminate = True
+
     def stream() -> Iterator[np.ndarray]:  # the same frame source as sbrs gets
-        request.arm(delay_s, lambda: wanted.__setitem__(0, new))
+        request.arm(delay_s, ask)
         end = time.perf_counter() + MAX_SAMPLE_S
         while time.perf_counter() < end:
             yield frame
 
     for arrays in stream():
-        if wanted[0] != current:
-            current = wanted[0]
-            if load is not None:
-                active = {current: load(current)}
-        active.get(current, sessions[current]).run(None, {feed_name: arrays})
+        while True:
+            if wanted[0] != current:
+                current = wanted[0]
+                if load is not None:
+                    active = {current: load(current)}
+            try:
+                active.get(current, sessions[current]).run(None, {feed_name: arrays}, cancel)
+                break
+            except Exception as error:  # onnxruntime's ``Fail``: stopped by ``terminate`` (set only with ``cancel``)
+                if cancel is None or "terminate flag" not in str(error):
+                    raise
+                cancel.terminate = False
         if current == new:
             return time.perf_counter() - request.join()
     raise SbrsRuntimeError(f"bench: the ORT switch {old}->{new} did not happen within {MAX_SAMPLE_S} s")
@@ -394,7 +412,7 @@ def _summary(samples: list[float]) -> dict[str, float]:
 
 
 def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | None = None,
-                      transition_arena: str | None = None, methods: tuple[str, ...] = SWITCH_METHODS,
+                      transition_arena: str | None = None, methods: tuple[str, ...] = DEFAULT_SWITCH_METHODS,
                       seed: int = 0) -> dict[str, Any]:
     """Δ for every ordered pair o → n, seen from the caller, for each of ``methods`` (``SWITCH_METHODS``).
 
@@ -404,8 +422,9 @@ def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | No
     output of n (``Runtime.process`` in completion order for sbrs). Every repetition draws one delay and runs
     every method with it, in a shuffled order (DESIGN.md, "Benchmarks": the alternatives in the same run,
     interleaved). Reported per pair and over all pairs: mean and p95 per method, the ratios of the means to
-    ``ort-all``, and beside them the runtime's own record of Δ (``SwitchRecord``; from the request's arrival
-    at the control node to the new output's copy-out, before the caller has it).
+    ``ort-all`` (and of ``sbrs-cancel`` to ``ort-cancel``), and beside them the runtime's own record of Δ
+    (``SwitchRecord``; from the request's arrival at the control node to the new output's copy-out, before the
+    caller has it).
     """
     import random
 
@@ -421,9 +440,10 @@ def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | No
     frame = np.random.default_rng(seed).standard_normal(shape).astype(dtype)
     paths = {s.name: s.model_path for s in app.config.scenarios}
     runtime = runtime_for(app, granularity=granularity, transition="sbrs-tp", transition_arena=transition_arena)
+    cancelling = runtime_for(app, granularity=granularity, on_switch="cancel") if "sbrs-cancel" in methods else None
     del app
     rng = random.Random(seed)
-    with runtime:
+    with runtime, contextlib.nullcontext() if cancelling is None else cancelling:
         providers = runtime.providers
         sessions = {name: create_session(path, providers) for name, path in paths.items()}
         feed_name = next(iter(sessions.values())).get_inputs()[0].name
@@ -435,19 +455,27 @@ def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | No
         for name, session in sessions.items():
             for _ in range(WARMUP_FRAMES):
                 session.run(None, {feed_name: frame})
-                runtime.switch(name, "bench")
-                runtime.infer(frame)
+                for warmed in (runtime, cancelling):
+                    if warmed is not None:
+                        warmed.switch(name, "bench")
+                        warmed.infer(frame)
             times = []
             for _ in range(max(5, repeats)):
                 start = time.perf_counter()
                 session.run(None, {feed_name: frame})
                 times.append(time.perf_counter() - start)
             frame_s[name] = statistics.median(times)
+        import onnxruntime as ort
+
+        terminate = ort.RunOptions()
         run_method: dict[str, Callable[[str, str, float], tuple[float, float | None]]] = {
             "sbrs-tp": lambda o, n, d: _sbrs_delay(runtime, o, n, frame, d, "sbrs-tp", requester),
             "sbrs-naive": lambda o, n, d: _sbrs_delay(runtime, o, n, frame, d, "naive", requester),
             "ort-all": lambda o, n, d: (_ort_delay(sessions, o, n, feed_name, frame, d, None, requester), None),
             "ort-load": lambda o, n, d: (_ort_delay(sessions, o, n, feed_name, frame, d, load, requester), None),
+            "sbrs-cancel": lambda o, n, d: _sbrs_delay(cancelling, o, n, frame, d, "sbrs-tp", requester),
+            "ort-cancel": lambda o, n, d: (_ort_delay(sessions, o, n, feed_name, frame, d, None, requester,
+                                                      terminate), None),
         }
         # Everything loaded so far stays: out of the cyclic collector's sight, its full collections (several ms
         # with the models' objects around) no longer land in a sample; both sides share this process.
@@ -478,22 +506,29 @@ def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | No
                         if method in internal:
                             row[method]["internal_mean_s"] = round(statistics.fmean(internal[method]), 7)
                             every_internal[method].extend(internal[method])
-                    if "ort-all" in methods:
-                        row["ratios"] = {m: round(row[m]["mean_s"] / row["ort-all"]["mean_s"], 4)
-                                         for m in methods if m != "ort-all"}
+                    row["ratios"] = _switching_ratios(row, methods)
                     pairs[f"{old}->{new}"] = row
         finally:
             requester.close()
         overall: dict[str, Any] = {m: _summary(every[m]) for m in methods}
         for method, values in every_internal.items():
             overall[method]["internal_mean_s"] = round(statistics.fmean(values), 7)
-        if "ort-all" in methods:
-            overall["ratios"] = {m: round(overall[m]["mean_s"] / overall["ort-all"]["mean_s"], 4)
-                                 for m in methods if m != "ort-all"}
+        overall["ratios"] = _switching_ratios(overall, methods)
         facts = runtime.facts()
         return {"app": facts["app"], "granularity": facts["granularity"], "repeats": repeats,
                 "transition_arena": runtime.transitions.arena, "schedule": runtime.transition_schedule,
                 "arena_bytes": runtime.arena_bytes, "methods": list(methods), "overall": overall, "pairs": pairs}
+
+
+def _switching_ratios(row: dict[str, Any], methods: tuple[str, ...]) -> dict[str, float]:
+    """Each method's mean Δ over plain ORT's with every session loaded, and sbrs cancelling over ORT cancelling
+    (``sbrs-cancel/ort-cancel``): each against the alternative that keeps or gives up the frame in flight alike."""
+    ratios = {}
+    if "ort-all" in methods:
+        ratios = {m: round(row[m]["mean_s"] / row["ort-all"]["mean_s"], 4) for m in methods if m != "ort-all"}
+    if "sbrs-cancel" in methods and "ort-cancel" in methods:
+        ratios["sbrs-cancel/ort-cancel"] = round(row["sbrs-cancel"]["mean_s"] / row["ort-cancel"]["mean_s"], 4)
+    return ratios
 
 
 def format_switching(report: dict[str, Any]) -> str:
@@ -502,12 +537,13 @@ def format_switching(report: dict[str, Any]) -> str:
     lines = [f"app {report['app']}: switch response delay Δ seen by the caller (request at a random point of a "
              f"frame → the caller holds the new scenario's output), ms, mean (p95) of {report['repeats']} per pair; "
              f"SBRS-TP arena {report['transition_arena']}, schedule {report['schedule']}",
-             f"{'pair':<26}" + "".join(f"{m:>20}" for m in methods) + "  sbrs-tp/ort-all"]
+             f"{'pair':<26}" + "".join(f"{m:>20}" for m in methods) + "  sbrs-tp/ort-all"
+             + ("  sbrs-cancel/ort-cancel" if "sbrs-cancel/ort-cancel" in report["overall"]["ratios"] else "")]
 
     def row(name: str, values: dict[str, Any]) -> str:
         cells = "".join(f"{values[m]['mean_s'] * 1e3:>11.3f} ({values[m]['p95_s'] * 1e3:>6.3f})" for m in methods)
-        ratio = values.get("ratios", {}).get("sbrs-tp")
-        return f"{name:<26}{cells}  {'' if ratio is None else f'{ratio:.3f}'}"
+        ratios = [values["ratios"].get(key) for key in ("sbrs-tp", "sbrs-cancel/ort-cancel")]
+        return f"{name:<26}{cells}" + "".join(f"  {'' if r is None else f'{r:.3f}':>15}" for r in ratios)
 
     lines.extend(row(key, values) for key, values in report["pairs"].items())
     lines.append(row("all pairs", report["overall"]))

@@ -86,6 +86,8 @@ class SwitchRecord:
 
     ``ssr_step`` is the old step after which the transition started (None: at a frame boundary, nothing
     overlapped); ``overlapped_steps`` the new steps that started before the old frame's last step finished.
+    ``cancelled_steps``: under ``runtime.on_switch: cancel``, the old frame in flight was abandoned after this
+    many of its steps had finished and run again from its start on the new scenario (None: nothing cancelled).
     """
 
     old: str
@@ -95,11 +97,12 @@ class SwitchRecord:
     response_delay_s: float
     ssr_step: int | None
     overlapped_steps: int
+    cancelled_steps: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"old": self.old, "new": self.new, "source": self.source, "mode": self.mode,
                 "response_delay_s": round(self.response_delay_s, 6), "ssr_step": self.ssr_step,
-                "overlapped_steps": self.overlapped_steps}
+                "overlapped_steps": self.overlapped_steps, "cancelled_steps": self.cancelled_steps}
 
 
 class _Fsm:
@@ -120,9 +123,13 @@ class ControlNode:
 
     def __init__(self, scenarios: tuple[str, ...], initial: str, *, mode: str = "sbrs-tp",
                  observers: Observers | None = None, clock: Callable[[], float] = time.perf_counter,
-                 history: int = 256) -> None:
+                 history: int = 256, interrupt: Callable[[bool], None] | None = None) -> None:
+        """``interrupt(True)`` is called, under the node's lock, when a switch to another scenario becomes
+        pending, ``interrupt(False)`` when none is pending any more (taken or dropped): the runtime's way to
+        cancel the frame in flight (``runtime.on_switch: cancel``)."""
         self.scenarios = tuple(scenarios)
         self.mode = mode
+        self._interrupt = interrupt
         self.observers = observers or Observers()
         self._clock = clock
         self._lock = threading.RLock()
@@ -188,8 +195,12 @@ class ControlNode:
                 # nothing to switch: back to (or still) running on the current scenario
                 self.pending = None
                 self._report(request, "accepted")
+                if self._interrupt is not None:
+                    self._interrupt(False)
                 return request
             self.pending = request
+            if self._interrupt is not None:
+                self._interrupt(scenario != self.scenario)
             return request
 
     def _report(self, request: SwitchRequest, result: str) -> None:
@@ -213,14 +224,14 @@ class ControlNode:
             request = self.pending
             if request is None:
                 return None
-            if request.scenario == self.scenario:
-                self.pending = None
-                self._report(request, "accepted")
-                return None
-            if expected is not None and request is not expected:
+            if expected is not None and request is not expected and request.scenario != self.scenario:
                 return None
             self.pending = None
+            if self._interrupt is not None:
+                self._interrupt(False)
             self._report(request, "accepted")
+            if request.scenario == self.scenario:
+                return None
             self._executing.append(request)
             self.progress = (0, 0)
             self.scenario = request.scenario
@@ -250,10 +261,10 @@ class ControlNode:
         return record
 
     def record(self, request: SwitchRequest, old: str, first_output: float, *, ssr_step: int | None,
-               overlapped_steps: int, mode: str | None = None) -> SwitchRecord:
+               overlapped_steps: int, mode: str | None = None, cancelled_steps: int | None = None) -> SwitchRecord:
         """The switch's record (Δ from the request's arrival to ``first_output``); changes nothing."""
         return SwitchRecord(old, request.scenario, request.source, mode or self.mode,
-                            max(0.0, first_output - request.arrived), ssr_step, overlapped_steps)
+                            max(0.0, first_output - request.arrived), ssr_step, overlapped_steps, cancelled_steps)
 
     def settle(self, request: SwitchRequest, record: SwitchRecord) -> None:
         """End the switch of ``request`` with its ``record``: counters, state, observers. ``finish`` in two
@@ -269,11 +280,25 @@ class ControlNode:
             if self.pending is not None and self.pending.scenario == self.scenario and not self._executing:
                 self._report(self.pending, "accepted")
                 self.pending = None
+                if self._interrupt is not None:
+                    self._interrupt(False)
             self._fsm.trigger("switch_done")
         self.observers.switch_done(record.old, request.scenario, delay)
 
+    def abandon(self, request: SwitchRequest) -> None:
+        """``request``'s switch ends without an output of its own: its first frame was cancelled for a newer
+        request (``runtime.on_switch: cancel``), which then starts from the scenario it had reached. Loop thread."""
+        with self._lock:
+            if request in self._executing:
+                self._executing.remove(request)
+            if self._fsm.state == "switching":
+                self._fsm.trigger("switch_done")
+
     def frame_done(self, scenario: str, seconds: float) -> None:
         self.observers.frame_done(scenario, seconds)
+
+    def frame_cancelled(self, scenario: str, steps_done: int) -> None:
+        self.observers.frame_cancelled(scenario, steps_done)
 
     # -- shutdown ------------------------------------------------------------------------------------------
 

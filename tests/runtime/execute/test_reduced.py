@@ -205,15 +205,38 @@ def test_a_build_by_parts_is_not_a_build_of_units(limited: Path) -> None:
         Runtime(build=load_build(limited))
 
 
-@pytest.mark.parametrize(("transition", "schedule"), [("sbrs-tp", "priority"), ("sbrs-tp", "threads"),
-                                                      ("naive", "priority")])
+def test_cancelling_the_frame_in_flight_by_parts(app: App, refs: References) -> None:
+    """``on_switch: cancel`` by parts: a request as band call s starts stops that call (``terminate``), one right
+    after it stops the frame between calls; either way the frame runs again on the new scenario."""
+    from tests.runtime.switch.test_cancel import request_at_step
+
+    frames = [random_frame(app, seed) for seed in range(3)]
+    with runtime_for(app, on_switch="cancel") as rt:
+        assert isinstance(rt, ReducedRuntime)
+        steps = len(rt._calls["full"])
+        for step, after in ((1, False), (steps // 2, False), (steps // 2, True), (steps, False)):
+            rt.switch("full")
+            rt.infer(frames[0])
+            with request_at_step(rt, "full", step, lambda: rt.switch("skip"), after=after):
+                results = list(rt.process(frames))
+            where = f"cancel {'after' if after else 'at'} call {step}/{steps}"
+            assert [(r.index, r.scenario) for r in results] == [(0, "skip"), (1, "skip"), (2, "skip")], where
+            record = results[0].switch
+            assert record is not None and record.cancelled_steps == (step if after else step - 1), where
+            for result in results:
+                assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]), where)
+
+
+@pytest.mark.parametrize(("transition", "schedule", "on_switch"),
+                         [("sbrs-tp", "priority", "finish"), ("sbrs-tp", "threads", "finish"),
+                          ("naive", "priority", "finish"), ("sbrs-tp", "priority", "cancel")])
 def test_switches_from_three_threads_never_lose_a_frame(app: App, refs: References, transition: str,
-                                                        schedule: str) -> None:
+                                                        schedule: str, on_switch: str) -> None:
     from tests.runtime.switch.test_switching_stress import DISTINCT_FRAMES, stress
 
     frames = [random_frame(app, 100 + k) for k in range(DISTINCT_FRAMES)]
     want = {(s, k): refs.outputs(s, frame) for s in refs.sessions for k, frame in enumerate(frames)}
-    with runtime_for(app, transition=transition, transition_schedule=schedule) as rt:
+    with runtime_for(app, transition=transition, transition_schedule=schedule, on_switch=on_switch) as rt:
         assert isinstance(rt, ReducedRuntime)
         for order in ("completion", "stream"):
             results = stress(rt, frames, 0.4, seed=5, order=order)

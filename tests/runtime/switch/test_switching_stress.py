@@ -1,6 +1,7 @@
 """Switch requests from several threads at random moments while ``process`` runs (invariant 4 under races).
 
-Every example app, every transition mode, arena and schedule, and both delivery orders: for a bounded time,
+Every example app, every transition mode, arena and schedule, cancelling the frame in flight on a switch
+(``on_switch: cancel``) or not, and both delivery orders: for a bounded time,
 three threads send switch requests (random scenario, 0-2 ms apart) while frames arrive from a paced source
 (0-1 ms apart, so the runtime also waits on the source while a request may replace the pending one). The run
 must raise nothing, yield every frame exactly once (indices 0..N-1, in stream order when asked for) and each
@@ -26,10 +27,10 @@ from tests.runtime.conftest import References, assert_equivalent, random_frame
 APPS = sorted(p.stem for p in (Path(__file__).resolve().parents[3] / "apps").glob("*.yaml"))
 DISTINCT_FRAMES = 3
 SECONDS_PER_CASE = 0.8
-#: (transition, arena, schedule) of every runtime configuration a switch can run under
-CONFIGURATIONS = (("naive", "shared", "priority"), ("sbrs-tp", "shadow", "priority"),
-                  ("sbrs-tp", "shadow", "threads"), ("sbrs-tp", "shared", "priority"),
-                  ("sbrs-tp", "shared", "threads"))
+#: (transition, arena, schedule, on_switch) of every runtime configuration a switch can run under
+CONFIGURATIONS = (("naive", "shared", "priority", "finish"), ("sbrs-tp", "shadow", "priority", "finish"),
+                  ("sbrs-tp", "shadow", "threads", "finish"), ("sbrs-tp", "shared", "priority", "finish"),
+                  ("sbrs-tp", "shared", "threads", "finish"), ("sbrs-tp", "shadow", "priority", "cancel"))
 
 
 def stress(runtime: Runtime, frames: list[np.ndarray], seconds: float, seed: int, order: str) -> list:
@@ -76,15 +77,16 @@ def test_concurrent_switches_never_lose_a_frame(load_example: Callable[[str], Ap
     refs = References(app)
     frames = [random_frame(app, 100 + k) for k in range(DISTINCT_FRAMES)]
     want = {(s, k): refs.outputs(s, frame) for s in refs.sessions for k, frame in enumerate(frames)}
-    runtimes: dict[tuple[str, str], Runtime] = {}
+    runtimes: dict[tuple[str, str, str], Runtime] = {}
     try:
-        for case, (transition, arena, schedule) in enumerate(CONFIGURATIONS):
-            runtime = runtimes.get((transition, arena))
+        for case, (transition, arena, schedule, on_switch) in enumerate(CONFIGURATIONS):
+            runtime = runtimes.get((transition, arena, on_switch))
             if runtime is None:
-                runtime = runtimes[(transition, arena)] = runtime_for(app, transition=transition, transition_arena=arena)
+                runtime = runtimes[(transition, arena, on_switch)] = runtime_for(
+                    app, transition=transition, transition_arena=arena, on_switch=on_switch)
             runtime.transition_schedule = schedule
             for order in ("completion", "stream"):
-                where = f"{name} {transition}/{arena}/{schedule}/{order}"
+                where = f"{name} {transition}/{arena}/{schedule}/{on_switch}/{order}"
                 results = stress(runtime, frames, SECONDS_PER_CASE / 2, seed=case, order=order)
                 indices = [r.index for r in results]
                 assert sorted(indices) == list(range(len(results))), f"{where}: frames lost or repeated"
