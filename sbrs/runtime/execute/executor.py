@@ -28,9 +28,10 @@ or beside them on a worker thread (``threads``), or, after its last step, before
 (``sbrs.runtime.switch.transition``: Algorithm 6 with arena-byte hazards, Algorithm 7 event-driven). Results
 are yielded as their outputs exist, so the caller holds the new scenario's output as soon as it is computed,
 and the old frame's result right after (``order="stream"`` keeps stream order). Under ``naive`` the request
-waits for the frame boundary. Either way the response delay Δ (request arrival → first output of the new
-scenario) is recorded for every switch (``SwitchRecord`` on the frame's result, the node's status, the
-observers' ``switch_done``).
+waits for the frame boundary. Under ``runtime.on_switch: cancel`` the frame in flight is given up instead
+and runs again from its start on the new scenario (``_cancelling``). Either way the response delay Δ (request
+arrival → first output of the new scenario) is recorded for every switch (``SwitchRecord`` on the frame's
+result, the node's status, the observers' ``switch_done``).
 """
 
 from __future__ import annotations
@@ -438,6 +439,7 @@ class Runtime:
 
         An unknown name is an ``InputError`` and changes nothing. The frame in flight finishes on the old
         scenario; under SBRS-TP and ``process`` the next frame may start before it ends (module docstring).
+        Under ``on_switch: cancel`` the frame in flight is given up and run again on ``scenario`` instead.
         """
         if scenario not in self._calls:
             raise InputError(f"unknown scenario '{scenario}' (scenarios: {', '.join(self.scenarios)})",

@@ -33,6 +33,10 @@ acted on is reported to observers as ``request_handled("switch", "replaced")``; 
 (source ``socket`` or ``api``) is reported ``accepted`` when it is acted on. SSRs the policy issues on an
 ``env`` request are not counted as requests (the ``env`` request is).
 
+With ``interrupt`` (``runtime.on_switch: cancel``) the node also tells the runtime, under its lock, whenever a
+switch to another scenario becomes pending and when none is pending any more, so that the frame in flight can
+be given up (``Runtime._cancelling``); ``abandon`` ends a switch whose first frame was given up that way.
+
 The node holds no module state; its lock makes every method safe from any thread. ``pending`` is a plain
 attribute read, cheap enough for the frame loop to test at every step.
 """
