@@ -11,7 +11,7 @@ time) while the runner writes frames; at the end every request must have had a r
 be alive and answer ``status``, and it must stop cleanly on SIGTERM. Its RSS is sampled every second.
 
     python benchmarks/socket_switching.py apps/tiny.yaml [--requests 200] [--json]
-    python benchmarks/socket_switching.py apps/drone.yaml --burst 600 --clients 8
+    python benchmarks/socket_switching.py apps/drone.yaml --burst 600 --clients 8 [--on-switch cancel]
 """
 
 from __future__ import annotations
@@ -102,11 +102,11 @@ def summary(values: list[float]) -> dict[str, float]:
             "max_ms": round(ordered[-1] * 1e3, 4), "first_ms": round(values[0] * 1e3, 4)}
 
 
-def measure_delay(app: str, requests: int, seed: int) -> dict[str, Any]:
+def measure_delay(app: str, requests: int, seed: int, extra: list[str]) -> dict[str, Any]:
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="sbrs-bench-") as folder:
         path = os.path.join(folder, "control.sock")
-        runner = Runner(app, path, [])
+        runner = Runner(app, path, extra)
         try:
             with Connection(path) as connection:
                 scenarios = connection.request({"op": "status"})["scenarios"]
@@ -131,10 +131,10 @@ def measure_delay(app: str, requests: int, seed: int) -> dict[str, Any]:
             "reply": summary(reply), "runner_exit": code}
 
 
-def burst(app: str, seconds: float, clients: int, seed: int) -> dict[str, Any]:
+def burst(app: str, seconds: float, clients: int, seed: int, extra: list[str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="sbrs-burst-") as folder:
         path = os.path.join(folder, "control.sock")
-        runner = Runner(app, path, [])
+        runner = Runner(app, path, extra)
         sent = answered = errors = 0
         lock = threading.Lock()
         end = time.perf_counter() + seconds
@@ -192,15 +192,18 @@ def main() -> int:
     parser.add_argument("--burst", type=float, default=None, metavar="SECONDS")
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--on-switch", choices=("finish", "cancel"), default=None,
+                        help="passed to sbrs run (default: the app's runtime.on_switch)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    extra = [] if args.on_switch is None else ["--on-switch", args.on_switch]
     app = str(Path(args.app).resolve())
     if args.burst is not None:
-        report = burst(app, args.burst, args.clients, args.seed)
+        report = burst(app, args.burst, args.clients, args.seed, extra)
         ok = (report["requests_sent"] == report["replies"] and not report["client_failures"]
               and report["runner_alive_at_end"] and report["runner_exit"] == 0)
     else:
-        report = measure_delay(app, args.requests, args.seed)
+        report = measure_delay(app, args.requests, args.seed, extra)
         ok = report["runner_exit"] == 0
     print(json.dumps(report, indent=None if args.json else 2))
     return 0 if ok else 1
