@@ -23,6 +23,9 @@ BACKWARD: dict[str, tuple[str, ...]] = {
     # The build compiles (runtime.compile, the transition tables of runtime.switch); it does not execute. Its
     # one way to running code is the measured cost model of ``sbrs build --memory-limit`` (runtime.measure).
     "sbrs.build": ("sbrs.runtime.execute", *INTERFACES),
+    # The runtime's planning rooms come before the build that stores their results and the rooms that run them.
+    "sbrs.runtime.compile": ("sbrs.build", "sbrs.runtime.execute", "sbrs.runtime.measure", *INTERFACES),
+    "sbrs.runtime.switch": ("sbrs.build", "sbrs.runtime.execute", "sbrs.runtime.measure", *INTERFACES),
     "sbrs.runtime": INTERFACES,
 }
 

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from sbrs.app.app import App
     from sbrs.plan import AppPlan
 
-__all__ = ["COST_MODELS", "load_reduction", "load_reduction_strategy", "reduce_app"]
+__all__ = ["COST_MODELS", "app_reduction", "load_reduction", "load_reduction_strategy", "reduce_app"]
 
 COST_MODELS: tuple[str, ...] = ("auto", "analytic", "measured")
 
@@ -135,6 +135,23 @@ def _figures(models: Mapping[str, Any], result: ReductionResult, cost: CostModel
         "executor_arena_bytes": parts.arena_bytes,
         "executor_calls": {s: len(p.calls) for s, p in parts.scenarios.items()},
     }
+
+
+def app_reduction(app: App) -> Mapping[str, Any]:
+    """The buffer reduction of ``app`` for its ``memory_limit_mb``: the one saved in its plan file
+    (``sbrs build``) when that is current and made for this limit, else Algorithm 9 run now with
+    ``sbrs build``'s defaults (``reduce_app``; an unreachable limit is an ``InputError``)."""
+    from sbrs.plan import build_plan, default_plan_path, load_plan
+
+    assert app.config.memory_limit_mb is not None
+    limit = int(app.config.memory_limit_mb * 1e6)
+    try:
+        saved = load_plan(default_plan_path(app), app).reduction
+    except InputError:
+        saved = None
+    if saved is not None and int(saved["memory_limit_bytes"]) == limit:
+        return saved
+    return reduce_app(app, build_plan(app), limit)
 
 
 def load_reduction(path: str | Path, app: App) -> dict[str, dict[str, int]]:

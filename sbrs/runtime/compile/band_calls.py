@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from sbrs.model.cnn import CnnModel
     from sbrs.runtime.compile.parts import PartsPlan, ScenarioParts
 
-__all__ = ["BandCall", "LineBuffer", "ReducedPlan", "ScenarioCalls", "app_reduction", "call_file", "call_models",
+__all__ = ["BandCall", "LineBuffer", "ReducedPlan", "ScenarioCalls", "call_file", "call_models",
            "fit_reduction", "models_config", "parts_accesses", "parts_transitions", "reduced_plan",
            "scenario_memory_mb"]
 
@@ -498,24 +498,3 @@ def models_config(models: Mapping[str, CnnModel], *, initial: str | None = None,
         runtime=RuntimeOptions(providers=("CPUExecutionProvider",), threads=threads, granularity="auto",
                                transition=transition),
         memory_limit_mb=None)
-
-
-# -- the runtime ------------------------------------------------------------------------------------------
-
-
-def app_reduction(app: App) -> Mapping[str, Any]:
-    """The buffer reduction of ``app`` for its ``memory_limit_mb``: the one saved in its plan file
-    (``sbrs build``) when that is current and made for this limit, else Algorithm 9 run now with
-    ``sbrs build``'s defaults (``reduce_app``; an unreachable limit is an ``InputError``)."""
-    from sbrs.build.reduce import reduce_app
-    from sbrs.plan import build_plan, default_plan_path, load_plan
-
-    assert app.config.memory_limit_mb is not None
-    limit = int(app.config.memory_limit_mb * 1e6)
-    try:
-        saved = load_plan(default_plan_path(app), app).reduction
-    except InputError:
-        saved = None
-    if saved is not None and int(saved["memory_limit_bytes"]) == limit:
-        return saved
-    return reduce_app(app, build_plan(app), limit)

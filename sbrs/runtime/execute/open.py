@@ -50,7 +50,8 @@ def runtime_for(app: App, *, use_build: bool = True, **options: Any) -> Runtime:
             if build is not None and _same_config(build.config, app.config) and _build_fits(build, options):
                 return runtime_of_build(build, **options)
     if app.config.memory_limit_mb is not None:
-        from sbrs.runtime.compile.band_calls import app_reduction, fit_reduction
+        from sbrs.build.reduce import app_reduction
+        from sbrs.runtime.compile.band_calls import fit_reduction
         from sbrs.runtime.execute.reduced import runtime_from_app
 
         reduction = app_reduction(app)
