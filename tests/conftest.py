@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,7 @@ import pytest
 
 if TYPE_CHECKING:
     from sbrs.app import App
+    from sbrs.model import CnnModel
 
 REPO = Path(__file__).resolve().parents[1]
 APPS = sorted((REPO / "apps").glob("*.yaml"))
@@ -55,6 +57,17 @@ def load_example() -> Callable[[str], App]:
         return loaded[name]
 
     return load
+
+
+@cache
+def zoo_model(name: str) -> CnnModel:
+    """A zoo CNN imported at a small resolution (64, CIFAR's 32): the zoo cases of the planner and parts tests."""
+    from sbrs import zoo
+    from sbrs.model import import_model
+
+    options = zoo.get_model(name).options
+    resolution = {"resolution": 64 if name != "cifar_resnet" else 32} if "resolution" in options else {}
+    return import_model(zoo.build(name, **resolution))
 
 
 def ort_session(model: onnx.ModelProto | str | Path) -> ort.InferenceSession:

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from functools import cache
-
 import pytest
 
 from sbrs import zoo
 from sbrs.memory import check_plan, plan_arena
-from sbrs.model import CnnModel, import_model
 from sbrs.reduction import (
     check_schedule,
     cnn_to_csdf,
@@ -19,15 +16,9 @@ from sbrs.reduction import (
     reducible_regions,
     schedule_csdf,
 )
+from tests.conftest import zoo_model
 
 ZOO = [entry.name for entry in zoo.list_models()]
-
-
-@cache
-def zoo_model(name: str) -> CnnModel:
-    options = zoo.get_model(name).options
-    resolution = {"resolution": 64 if name != "cifar_resnet" else 32} if "resolution" in options else {}
-    return import_model(zoo.build(name, **resolution))
 
 
 @pytest.mark.parametrize("name", ZOO)

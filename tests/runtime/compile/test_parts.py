@@ -10,15 +10,13 @@ a reduction, every scenario, with switches. Every arena plan is checked with ``c
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 import pytest
 
 from sbrs import zoo
 from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.memory import check_plan
-from sbrs.model import CnnModel, import_model
+from sbrs.model import CnnModel
 from sbrs.model.fold import fold_model
 from sbrs.model.onnx_export import to_onnx
 from sbrs.reduction import cut_genes, maximal_bands, plan_reduction, reduction_genes
@@ -26,17 +24,10 @@ from sbrs.reduction.tiles import tile_groups
 from sbrs.runtime.compile.band_calls import reduced_plan
 from sbrs.runtime.compile.parts import PartsPlan, call_model, compile_parts, executable_bands
 from sbrs.runtime.execute.reduced import ReducedRuntime, runtime_from_app
-from tests.conftest import APPS, ort_session
+from tests.conftest import APPS, ort_session, zoo_model
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 
 ZOO = [entry.name for entry in zoo.list_models()]
-
-
-@cache
-def zoo_model(name: str) -> CnnModel:
-    options = zoo.get_model(name).options
-    resolution = {"resolution": 64 if name != "cifar_resnet" else 32} if "resolution" in options else {}
-    return import_model(zoo.build(name, **resolution))
 
 
 def mixed_bands(model: CnnModel) -> dict[str, int]:

@@ -25,6 +25,8 @@ from sbrs.runtime.execute.executor import FrameResult, Runtime
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 
 REPO = Path(__file__).resolve().parents[3]
+#: Requests the starvation test makes at most (4 frames of a few calls each need far fewer).
+MAX_ASKS = 200
 
 
 class Cancellations:
@@ -145,9 +147,12 @@ def test_switches_faster_than_frames_still_let_frames_finish(load_example: Calla
     names = [s.name for s in app.config.scenarios]
     with runtime_for(app, on_switch="cancel") as runtime:
         real = dict(runtime._calls)
+        asked = iter(range(MAX_ASKS + 1))
 
         def asking_first(call: Callable[[], Any]) -> Callable[[], Any]:
             def ask_then_call() -> Any:
+                # frames that never finish would ask forever: fail instead of hanging
+                assert next(asked) < MAX_ASKS, "requests at every call keep every frame from finishing"
                 runtime.switch(next(n for n in names if n != runtime.node.scenario))
                 return call()
             return ask_then_call

@@ -38,11 +38,12 @@ def stress(runtime: Runtime, frames: list[np.ndarray], seconds: float, seed: int
     rng = random.Random(seed)
     done = threading.Event()
     errors: list[BaseException] = []
+    end = time.perf_counter() + seconds  # requests stop then too: a runtime starving frames slows, never hangs
 
     def pester(source: str, thread_seed: int) -> None:
         local = random.Random(thread_seed)
         try:
-            while not done.is_set():
+            while not done.is_set() and time.perf_counter() < end:
                 runtime.switch(local.choice(runtime.scenarios), source)
                 runtime.status()
                 time.sleep(local.random() * 2e-3)
@@ -50,7 +51,6 @@ def stress(runtime: Runtime, frames: list[np.ndarray], seconds: float, seed: int
             errors.append(error)
 
     def source() -> Iterator[np.ndarray]:
-        end = time.perf_counter() + seconds
         index = 0
         while time.perf_counter() < end:
             time.sleep(rng.random() * 1e-3)
