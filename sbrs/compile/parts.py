@@ -61,7 +61,7 @@ Partitions and tiles
 
 The arena problem: one timeline per scenario whose steps are its calls; a buffer is live from the first call
 that touches it to the last (the frame input from call 0, graph outputs to the last call). It is checked with
-:func:`sbrs.memory.check_plan` before anything runs.
+:func:`sbrs.memory.place` (planned and verified) before anything runs.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from sbrs.errors import InputError, SbrsRuntimeError
-from sbrs.memory import ArenaPlan, Block, Live, Problem, check_plan, lower_bound, plan_arena
+from sbrs.memory import ArenaPlan, Block, Live, Problem, place
 from sbrs.model.cnn import INPUT_OP, OUTPUT_OP, CnnModel, Layer, TensorSpec
 from sbrs.model.fold import fold_bands, fold_cuts, fold_model, fold_tiles
 from sbrs.model.onnx_export import build_graph_model
@@ -575,11 +575,9 @@ def compile_parts(models: Mapping[str, CnnModel], band_rows: Mapping[str, Mappin
     blocks = [Block(f"{s}/{b.tensor}", b.nbytes, (Live(s, b.first_call, b.last_call),))
               for s, parts in compiled.items() for b in parts.buffers]
     problem = Problem(tuple(blocks), frozenset(), alignment)
-    arena = plan_arena(problem)
-    violations = check_plan(problem, arena)
-    if violations:
-        raise SbrsRuntimeError(f"parts arena plan is unsafe: {violations[0].detail}")
+    arena = place(problem, what=f"the line buffers of {', '.join(compiled)} by parts")
     offsets = arena.as_dict()
     placed = {s: replace(p, buffers=tuple(replace(b, offset=offsets[f"{s}/{b.tensor}"]) for b in p.buffers))
               for s, p in compiled.items()}
-    return PartsPlan(placed, arena.arena_bytes, lower_bound(problem), arena.alignment, arena.strategy, problem, arena)
+    return PartsPlan(placed, arena.arena_bytes, int(arena.lower_bound_bytes or 0), arena.alignment, arena.strategy,
+                     problem, arena)

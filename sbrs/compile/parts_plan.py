@@ -309,7 +309,7 @@ def plan_transition_room(parts: PartsPlan, budget: int | None) -> tuple[PartsPla
     makes room, it proves nothing. Returns the plan (``parts`` itself when no cut fits, or with one scenario)
     and the cut taken (None).
     """
-    from sbrs.memory import Block, Live, Problem, check_plan, lower_bound, plan_arena
+    from sbrs.memory import Block, Live, Problem, place
 
     scenarios = parts.scenarios
     if len(scenarios) < 2 or budget is None:
@@ -334,17 +334,15 @@ def plan_transition_room(parts: PartsPlan, budget: int | None) -> tuple[PartsPla
                     Live(f"{scenario}:new", buffer.first_call, buffer.last_call))
         problem = Problem(tuple(Block(b.id, b.size, (*b.lives, *extra.get(b.id, ()))) for b in base.blocks),
                           frozenset(concurrent), base.alignment)
-        arena = plan_arena(problem)
+        arena = place(problem, what=f"the transition room by parts (cut {cut:g})")
         if arena.arena_bytes > budget:
             continue
-        violations = check_plan(problem, arena)
-        if violations:
-            raise InputError(f"internal error: the transition arena plan is unsafe: {violations[0].detail}")
         offsets = arena.as_dict()
         placed = {s: dataclasses.replace(p, buffers=tuple(dataclasses.replace(b, offset=offsets[f"{s}/{b.tensor}"])
                                                           for b in p.buffers)) for s, p in scenarios.items()}
         return dataclasses.replace(parts, scenarios=placed, arena_bytes=arena.arena_bytes,
-                                   lower_bound_bytes=lower_bound(problem), strategy=f"{arena.strategy}+transitions",
+                                   lower_bound_bytes=int(arena.lower_bound_bytes or 0),
+                                   strategy=f"{arena.strategy}+transitions",
                                    problem=problem, arena=arena), cut
     return parts, None
 

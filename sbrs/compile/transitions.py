@@ -323,7 +323,7 @@ def plan_shadow(plan: UnitPlan) -> tuple[UnitPlan, dict[str, int]]:
     ``sbrs bench --switching`` (about the sum of two scenarios' peaks instead of the largest one).
     """
     from sbrs.compile.arena import arena_problem
-    from sbrs.memory import Block, Live, Problem, check_plan, lower_bound, plan_arena
+    from sbrs.memory import Block, Live, Problem, place
 
     layout = UnitLayout(plan.units, plan.sequences, plan.inputs, plan.outputs, {t.id: t.spec for t in plan.tensors})
     base = arena_problem(layout, plan.alignment)
@@ -352,15 +352,12 @@ def plan_shadow(plan: UnitPlan) -> tuple[UnitPlan, dict[str, int]]:
     blocks = [Block(b.id, b.size, (*b.lives, *extra.get(b.id, ()))) for b in base.blocks]
     blocks.extend(Block(f"~{b.id}", b.size, tuple(shadow_lives[b.id])) for b in base.blocks)
     problem = Problem(tuple(blocks), frozenset(concurrent), base.alignment)
-    arena = plan_arena(problem)
-    violations = check_plan(problem, arena)
-    if violations:
-        raise SbrsRuntimeError(f"shadow arena plan of app '{plan.app}' is unsafe: {violations[0].detail}")
+    arena = place(problem, what=f"the shadow slots of app '{plan.app}'")
     offsets = arena.as_dict()
     tensors = tuple(BoundaryTensor(t.id, t.shape, t.dtype, offsets[t.id]) for t in plan.tensors)
     shadow = {t.id: offsets[f"~{t.id}"] for t in plan.tensors}
-    shadowed = replace(plan, tensors=tensors, arena_bytes=arena.arena_bytes, arena_lower_bound=lower_bound(problem),
-                       arena_strategy=f"{arena.strategy}+shadow")
+    shadowed = replace(plan, tensors=tensors, arena_bytes=arena.arena_bytes,
+                       arena_lower_bound=int(arena.lower_bound_bytes or 0), arena_strategy=f"{arena.strategy}+shadow")
     return shadowed, shadow
 
 
