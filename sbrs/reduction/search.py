@@ -17,7 +17,7 @@ so they are not used.
 The result (chosen band heights, phases Φ of every layer, the Pareto front, the figures of the chosen
 configuration, the arena of the calls :mod:`sbrs.compile.parts` compiles) is saved in the plan file
 (``AppPlan.reduction``, under the plan's checksum and app fingerprint); :func:`load_reduction` and
-:func:`load_reduction_strategy` read it back for ``sbrs.compile.parts_plan.reduced_plan``.
+:func:`load_reduction_strategy` read it back for ``sbrs.compile.fit.app_parts``.
 """
 
 from __future__ import annotations
@@ -166,8 +166,8 @@ def load_reduction(path: str | Path, app: App) -> dict[str, dict[str, int]]:
 
 def load_reduction_strategy(path: str | Path, app: App) -> dict[str, Any]:
     """The partition cuts and tile groups chosen with the band heights of :func:`load_reduction`, as
-    ``{"cuts": ..., "tiles": ...}`` (the ``strategy`` of ``sbrs.compile.parts_plan.reduced_plan``, keyword
-    arguments of ``compile_parts`` and ``ReducedRuntime.from_models``); empty for an older plan."""
+    ``{"cuts": ..., "tiles": ...}`` (the ``strategy`` of ``sbrs.compile.fit.app_parts``, keyword
+    arguments of ``compile_parts`` and ``Runtime.from_models``); empty for an older plan."""
     from sbrs.memory import load_plan
 
     reduction = load_plan(path, app).reduction or {}
