@@ -19,8 +19,10 @@ def load_app(path: str | Path) -> App:
     return _load_app(path)
 
 
-def runtime_for(app: App, *, use_build: bool = True, **options: Any) -> Runtime:
-    """The runtime of a loaded app: its current build, else compiled in memory (see ``sbrs.runtime.runtime_for``)."""
+def runtime_for(app: App | str | Path, *, use_build: bool = True, **options: Any) -> Runtime:
+    """The runtime of an app: given its path, its current build opened as ``sbrs run`` opens it (built first in a
+    child process when missing); given a loaded ``App``, its current build, else compiled in memory (see
+    ``sbrs.runtime.open.runtime_for``)."""
     from sbrs.runtime import runtime_for as _runtime_for
 
     return _runtime_for(app, use_build=use_build, **options)

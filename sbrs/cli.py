@@ -12,8 +12,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, replace
-from pathlib import Path
+from dataclasses import asdict
 from typing import Any
 
 from sbrs import __version__
@@ -67,7 +66,7 @@ ADAPTIVE_SETS = (("I", "O", "par"), ("I", "O"))
 
 
 def _memory_table(app: Any, plans: dict[tuple[str, ...], Any]) -> str:
-    from sbrs.memory import naive_total_bytes
+    from sbrs.memory.app_plan import naive_total_bytes
 
     naive_total = naive_total_bytes(app)
     lines = [
@@ -88,100 +87,67 @@ def _memory_table(app: Any, plans: dict[tuple[str, ...], Any]) -> str:
     return "\n".join(lines)
 
 
-def build_dir_of(app: Any) -> Path:
-    from sbrs.artifact.read import build_dir
-
-    return build_dir(app.config.path)
-
-
 def cmd_build(args: argparse.Namespace) -> int:
-    from sbrs.app import load_app
-    from sbrs.memory import build_plan, default_plan_path, save_plan
-    from sbrs.memory.app_plan import with_adaptive
+    from sbrs.artifact.build import build_app
+    from sbrs.reduction import GaParams
+    from sbrs.reduction.search import parse_min_fps, progress_printer
 
-    app = load_app(args.app)
-    plan = build_plan(app)
-    plan_path = Path(args.plan) if args.plan else default_plan_path(app)
-    limit_mb = args.memory_limit if args.memory_limit is not None else app.config.memory_limit_mb
-    report = {**plan.report(), "plan_path": str(plan_path), "tensors_in_arena": "all",
-              "memory_limit_bytes": None if limit_mb is None else int(limit_mb * 1e6)}
-    reduction = None
-    if limit_mb is not None:  # thesis Algorithm 9 (sbrs.reduction.search): early exit, else the GA
-        from sbrs.reduction import GaParams
-        from sbrs.reduction.search import parse_min_fps, progress_printer, reduce_app
-
-        if limit_mb <= 0:
-            raise InputError(f"memory limit must be > 0 MB, got {limit_mb:g}", field="memory_limit_mb")
-        params = GaParams(seed=args.seed, population=args.population, generations=args.generations)
-        reduction = reduce_app(app, plan, int(limit_mb * 1e6), min_fps=parse_min_fps(args.min_fps),
-                               min_fps_ratio=args.min_fps_ratio, cost=args.cost, params=params,
-                               progress=progress_printer(sys.stderr))
-        plan = replace(plan, reduction=reduction)
-        figures = reduction["figures"]
-        report.update(unreduced={key: report[key] for key in ("arena_bytes", "reuse_bytes", "lower_bound_bytes")},
-                      arena_bytes=figures["arena_bytes"], reuse_bytes=figures["reuse_bytes"],
-                      lower_bound_bytes=figures["lower_bound_bytes"], reduction=reduction)
-    save_plan(plan, plan_path)
-    from sbrs.artifact.write import compile_app
-
-    manifest = compile_app(app, reduction=reduction)
-    reduced = manifest["parts"]
-    report["build"] = {"folder": str(build_dir_of(app)), "execution": "units" if reduced is None else "parts",
-                       "units": len(manifest["plan"]["units"]) if reduced is None else 0,
-                       "call_files": sum(1 for name in manifest["files"]
-                                         if name.startswith("c") and name.endswith(".onnx") and ".opt." not in name),
-                       "weights_bytes": manifest["weights_bytes"],
-                       "optimized_for": manifest["optimized_for"],
-                       "not_optimized": manifest["not_optimized"],
-                       "run_by_parts": None if reduced is None else {
-                           "params_bytes": reduced["model_bytes"]["params_bytes"],
-                           "arena_bytes": reduced["arena_bytes"],
-                           "transition_cut": reduced["reduction"].get("transition_cut")},
-                       "figures": "params, naive, Algorithm 8, arena and lower bound are planned from the "
-                                  "models; process RSS is measured only by `sbrs bench`"}
+    min_fps = parse_min_fps(args.min_fps)
+    params = GaParams(seed=args.seed, population=args.population, generations=args.generations)
+    result = build_app(args.app, memory_limit_mb=args.memory_limit, min_fps=min_fps, min_fps_ratio=args.min_fps_ratio,
+                       cost=args.cost, params=params, plan_path=args.plan, progress=progress_printer(sys.stderr))
     if args.json:
-        _print_json(report)
+        _print_json(result.to_dict())
     else:
-        plans = {tuple(app.config.adaptive): plan}
-        for adaptive in ADAPTIVE_SETS:
-            if adaptive not in plans:
-                plans[adaptive] = build_plan(with_adaptive(app, adaptive))
-        print(f"app {app.name}: {len(app.models)} scenarios, A = {{{', '.join(plan.adaptive)}}},"
-              f" {report['supergraph_layers']} supergraph layers, {report['supergraph_edges']} edges,"
-              f" {report['control_parameters']} control parameters")
-        print(_memory_table(app, plans))
-        print(f"{'scenario':<16} {'params':>8} {'naive':>8} {'arena':>8} {'bound':>8}")
-        for name, figures in plan.per_scenario.items():
-            print(f"{name:<16} {_mb(figures.params_bytes):>8} {_mb(figures.naive_bytes):>8}"
-                  f" {_mb(figures.arena_bytes):>8} {_mb(figures.lower_bound_bytes):>8}")
-        print(f"plan saved to {plan_path}")
-        files = (f"{report['build']['units']} unit files" if reduced is None else
-                 f"{report['build']['call_files']} band-call files (the app runs by parts)")
-        optimized = report["build"]["optimized_for"]
-        print(f"build written to {report['build']['folder']}: {files}, "
-              f"{report['build']['weights_bytes'] / 1e6:.1f} MB of weights stored once"
-              + (f" (no ONNX Runtime-optimised form: {report['build']['not_optimized']})" if optimized is None
-                 else ", and ONNX Runtime's optimised form of each for this machine")
-              + " (figures above are planned from the models; `sbrs bench` measures process memory)")
-        if reduction is not None:
-            from sbrs.reduction.search import format_reduction
-
-            print(format_reduction(reduction))
-            print(f"the chosen band heights are saved in the plan ({plan_path})")
-        if reduced is not None:
-            parts = report["build"]["run_by_parts"]
-            cut = parts["transition_cut"]
-            room = ("no room left for SBRS-TP transitions to overlap: switches happen at frame boundaries"
-                    if cut is None else "room for an SBRS-TP transition to overlap an old frame's "
-                    + ("last call" if cut >= 1 else f"calls from {cut:.0%} of the frame on"))
-            print(f"the build runs by parts: parameters {_mb(parts['params_bytes'])} + arena "
-                  f"{_mb(parts['arena_bytes'])} = {_mb(parts['params_bytes'] + parts['arena_bytes'])} MB "
-                  f"(limit {_mb(report['memory_limit_bytes'])} MB; {room})")
-    if reduction is not None and reduction["violations"]:
-        failing = reduction["violations"]
-        raise InputError(f"constraint not met: {'; '.join(failing)}",
-                         field="min_fps" if failing[0].startswith("min_fps") else "memory_limit_mb")
+        print(_build_text(result))
+    violation = result.violation_error()
+    if violation is not None:
+        raise violation
     return 0
+
+
+def _build_text(result: Any) -> str:
+    """``sbrs build``'s report for people: the memory table per A, per scenario, where the plan and the build
+    went, and the reduction when a memory limit needed one."""
+    from sbrs.memory.app_plan import build_plan, with_adaptive
+
+    app, plan, report = result.app, result.plan, result.report
+    reduction = report.get("reduction")
+    built = report["build"]
+    plans = {tuple(app.config.adaptive): plan}
+    for adaptive in ADAPTIVE_SETS:
+        if adaptive not in plans:
+            plans[adaptive] = build_plan(with_adaptive(app, adaptive))
+    lines = [f"app {app.name}: {len(app.models)} scenarios, A = {{{', '.join(plan.adaptive)}}},"
+             f" {report['supergraph_layers']} supergraph layers, {report['supergraph_edges']} edges,"
+             f" {report['control_parameters']} control parameters", _memory_table(app, plans),
+             f"{'scenario':<16} {'params':>8} {'naive':>8} {'arena':>8} {'bound':>8}"]
+    for name, figures in plan.per_scenario.items():
+        lines.append(f"{name:<16} {_mb(figures.params_bytes):>8} {_mb(figures.naive_bytes):>8}"
+                     f" {_mb(figures.arena_bytes):>8} {_mb(figures.lower_bound_bytes):>8}")
+    lines.append(f"plan saved to {result.plan_path}")
+    files = (f"{built['units']} unit files" if built["run_by_parts"] is None else
+             f"{built['call_files']} band-call files (the app runs by parts)")
+    optimized = built["optimized_for"]
+    lines.append(f"build written to {built['folder']}: {files}, {built['weights_bytes'] / 1e6:.1f} MB of weights "
+                 "stored once" + (f" (no ONNX Runtime-optimised form: {built['not_optimized']})" if optimized is None
+                                  else ", and ONNX Runtime's optimised form of each for this machine")
+                 + " (figures above are planned from the models; `sbrs bench` measures process memory)")
+    if reduction is not None:
+        from sbrs.reduction.search import format_reduction
+
+        lines.append(format_reduction(reduction))
+        lines.append(f"the chosen band heights are saved in the plan ({result.plan_path})")
+    parts = built["run_by_parts"]
+    if parts is not None:
+        cut = parts["transition_cut"]
+        room = ("no room left for SBRS-TP transitions to overlap: switches happen at frame boundaries"
+                if cut is None else "room for an SBRS-TP transition to overlap an old frame's "
+                + ("last call" if cut >= 1 else f"calls from {cut:.0%} of the frame on"))
+        lines.append(f"the build runs by parts: parameters {_mb(parts['params_bytes'])} + arena "
+                     f"{_mb(parts['arena_bytes'])} = {_mb(parts['params_bytes'] + parts['arena_bytes'])} MB "
+                     f"(limit {_mb(report['memory_limit_bytes'])} MB; {room})")
+    return "\n".join(lines)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -288,28 +288,13 @@ def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
 
 def ensure_build(app_path: str | Path, *, rebuild: bool = False,
                  say: Callable[[str], Any] | None = None) -> Path:
-    """The app's build folder, built first (in a child process, ``compile_in_child``) when there is none yet
-    or ``rebuild`` asks; ``say`` (default: a line on stderr) tells which."""
+    """The app's build folder, built first (in a child process, ``sbrs.artifact.child.build_in_child``) when
+    there is none yet or ``rebuild`` asks; ``say`` (default: a line on stderr) tells which."""
     folder = build_dir(app_path)
     if rebuild or not (folder / MANIFEST).exists():
         text = f"sbrs run: {'rebuilding' if rebuild else 'no build of the app yet; building'} {folder}"
         (say or (lambda line: sys.stderr.write(line + "\n")))(text)
-        compile_in_child(app_path)
+        from sbrs.artifact.child import build_in_child
+
+        build_in_child(app_path)
     return folder
-
-
-def compile_in_child(app_path: str | Path) -> None:
-    """Run ``sbrs build`` in a child process, so that this process never holds the parsed models."""
-    import subprocess
-
-    done = subprocess.run([sys.executable, "-m", "sbrs.cli", "build", str(app_path)],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
-    if done.returncode != 0:
-        lines = done.stderr.strip().splitlines() or ["sbrs build failed"]
-        message = lines[-1].removeprefix("sbrs: error: ")
-        error = InputError(message) if done.returncode == 2 else None
-        if error is None:
-            from sbrs.errors import SbrsRuntimeError
-
-            raise SbrsRuntimeError(f"building {app_path} failed: {message}")
-        raise error

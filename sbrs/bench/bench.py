@@ -191,15 +191,11 @@ def measure_memory(app_path: str, *, granularity: str | None) -> dict[str, Any]:
     active scenario on each switch holds at most).
     """
     from sbrs.app.config import load_app_config
-    from sbrs.artifact.read import build_dir, compile_in_child, verify_build
     from sbrs.ort_env import resolve_providers
 
     config = load_app_config(app_path)
     providers = resolve_providers(tuple(config.runtime.providers), where=config.path)
-    try:  # sbrs is measured running the app's current build, as ``sbrs run`` does (made first if needed)
-        verify_build(build_dir(app_path), app_path)
-    except InputError:
-        compile_in_child(app_path)
+    current_build(app_path)  # sbrs is measured running the app's current build, as ``sbrs run`` does
     models = [str(Path(s.model_path).resolve()) for s in config.scenarios]
     common = {"providers": list(providers), "threads": config.runtime.threads or _cpu_count(),
               "shape": list(config.input.shape), "dtype": config.input.dtype}
@@ -225,6 +221,19 @@ def measure_memory(app_path: str, *, granularity: str | None) -> dict[str, Any]:
     return report
 
 
+def current_build(app_path: str) -> None:
+    """Make the app's build first (in a child process) unless it is current: every figure of ``sbrs bench`` is
+    of what ``sbrs run`` would run, and an app under a memory limit runs the band heights ``sbrs build``
+    searched."""
+    from sbrs.artifact.child import build_in_child
+    from sbrs.artifact.read import build_dir, verify_build
+
+    try:
+        verify_build(build_dir(app_path), app_path)
+    except InputError:
+        build_in_child(app_path)
+
+
 def _cpu_count() -> int:
     import os
 
@@ -236,6 +245,7 @@ def bench_app(app_path: str, *, frames: int = 20, repeats: int = 3, granularity:
     """The whole ``sbrs bench`` report as one JSON-ready dictionary."""
     if frames < 1 or repeats < 1:
         raise InputError(f"--frames {frames}, --repeats {repeats}: both must be >= 1")
+    current_build(app_path)
     report = measure_throughput(app_path, frames=frames, repeats=repeats, granularity=granularity)
     if memory:
         report.update(measure_memory(app_path, granularity=granularity))
@@ -435,6 +445,7 @@ def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | No
     if repeats < 1 or unknown or not methods:
         raise InputError(f"--repeats {repeats} must be >= 1 and methods among {', '.join(SWITCH_METHODS)}"
                          + (f" (got {', '.join(unknown)})" if unknown else ""))
+    current_build(app_path)
     app = load_app(app_path)
     shape, dtype = app.config.input.shape, app.config.input.dtype
     frame = np.random.default_rng(seed).standard_normal(shape).astype(dtype)

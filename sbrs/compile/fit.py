@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from sbrs.app.config import AppConfig
     from sbrs.model.cnn import CnnModel
 
-__all__ = ["MAX_FIT_TRIES", "app_parts", "fit_parts", "models_config", "scenario_memory_mb", "strategy_of"]
+__all__ = ["MAX_FIT_TRIES", "app_parts", "executor_figures", "fit_parts", "models_config", "scenario_memory_mb",
+           "strategy_of"]
 
 
 def strategy_of(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -55,6 +56,22 @@ def app_parts(app: App, band_rows: Mapping[str, Mapping[str, int]], reduction: M
               "cuts": {s: list(c) for s, c in strategy.get("cuts", {}).items()},
               "tiles": {s: [[list(g), b] for g, b in t] for s, t in strategy.get("tiles", {}).items()}}
     return replace(plan, reduction=record)
+
+
+def executor_figures(app: App, reduction: Mapping[str, Any]) -> dict[str, Any]:
+    """The arena and calls per frame of what the runtime would execute for the search's choice in
+    ``reduction`` (``sbrs.reduction.search.reduce_app``): ``executor_arena_bytes`` (line buffers and band
+    boundaries, as ``compile_parts`` places them without a memory limit) and ``executor_calls`` per scenario,
+    for ``reduction["figures"]`` (the search plans Algorithm 10's buffers, which differ)."""
+    from sbrs.compile.parts import compile_parts, executable_bands
+    from sbrs.model.fold import fold_model
+
+    models = {s: fold_model(m) for s, m in app.models.items()}
+    bands = reduction.get("band_rows", {})
+    runnable = {s: executable_bands(m, bands.get(s, {})) for s, m in models.items()}
+    parts = compile_parts(models, runnable, **strategy_of(reduction))
+    return {"executor_arena_bytes": parts.arena_bytes,
+            "executor_calls": {s: len(p.calls) for s, p in parts.scenarios.items()}}
 
 
 #: Pareto points ``fit_parts`` compiles at most before giving up (each compiles every scenario's calls).

@@ -1,13 +1,16 @@
 """``sbrs build --memory-limit``: the buffers reduction of an app (thesis Algorithm 9 over Algorithm 10), saved.
 
 :func:`reduce_app` runs Algorithm 9 for an app's scenarios: lines 1-5 exit early when the unreduced plan
-(parameters plus the Algorithm 8 / arena buffers of ``sbrs.plan``) fits ``M^c``; otherwise the seeded NSGA-II
-search of :func:`sbrs.reduction.reduce_buffers` chooses band heights per layer under a cost model:
+(parameters plus the Algorithm 8 / arena buffers of ``sbrs.memory.app_plan``) fits ``M^c``; otherwise the
+seeded NSGA-II search of :func:`sbrs.reduction.reduce_buffers` chooses band heights per layer under a cost
+model the caller gives (``CostSource``; ``sbrs build --cost``, resolved by ``sbrs.compile.costs.cost_source``):
 
 - ``analytic``: :class:`~sbrs.reduction.cost.AnalyticCostModel` (no measuring);
 - ``measured``: the table of :mod:`sbrs.compile.costs`, measured on this machine on the first build and
   cached;
 - ``auto`` (default): the cached measured table when there is one, else the analytic model.
+
+Nothing here runs ONNX Runtime or compiles a call: the search works on the models and the cost model alone.
 
 Per-scenario minimum throughputs ``T^c_n`` come from ``--min-fps NAME=FPS`` or ``--min-fps-ratio R`` (every
 scenario at least ``R`` times its own unreduced fps under the same cost model). The declared
@@ -15,7 +18,8 @@ scenario at least ``R`` times its own unreduced fps under the same cost model). 
 so they are not used.
 
 The result (chosen band heights, phases Φ of every layer, the Pareto front, the figures of the chosen
-configuration, the arena of the calls :mod:`sbrs.compile.parts` compiles) is saved in the plan file
+configuration; ``sbrs build`` adds the arena of the calls :mod:`sbrs.compile.parts` compiles) is saved in the
+plan file
 (``AppPlan.reduction``, under the plan's checksum and app fingerprint); :func:`load_reduction` and
 :func:`load_reduction_strategy` read it back for ``sbrs.compile.fit.app_parts``.
 """
@@ -26,7 +30,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sbrs.compile.parts import compile_parts, executable_bands
 from sbrs.errors import InputError
 from sbrs.memory import buffers_reuse
 from sbrs.model.fold import fold_model
@@ -37,36 +40,26 @@ from sbrs.reduction.phases import full_bands
 if TYPE_CHECKING:
     from sbrs.app.app import App
     from sbrs.memory import AppPlan
+    from sbrs.model.cnn import CnnModel
 
-__all__ = ["COST_MODELS", "app_reduction", "load_reduction", "load_reduction_strategy", "reduce_app"]
-
-COST_MODELS: tuple[str, ...] = ("auto", "analytic", "measured")
+__all__ = ["CostSource", "load_reduction", "load_reduction_strategy", "reduce_app", "saved_reduction"]
 
 Progress = Callable[[int, int], None]
-
-
-def _cost_model(models: Mapping[str, Any], kind: str, candidates: tuple[int, ...],
-                progress: Progress | None) -> tuple[CostModel, str]:
-    if kind not in COST_MODELS:
-        raise InputError(f"unknown cost model '{kind}' (allowed: {', '.join(COST_MODELS)})", field="--cost")
-    if kind == "analytic":
-        return AnalyticCostModel(), "analytic"
-    from sbrs.compile.costs import cached_costs
-
-    table = cached_costs(models, candidates, measure=kind == "measured", progress=progress)
-    if table is None:
-        return AnalyticCostModel(), "analytic (no measured table cached; build once with --cost measured)"
-    return table, f"measured on {table.device}"
+#: Where the search's cost model comes from, asked only when the search runs (not on Algorithm 9's early exit):
+#: the folded models and the band candidates → the model and its name for the report (the measured table of
+#: ``sbrs.compile.costs.cost_source``, which times ONNX Runtime calls, or the analytic model).
+CostSource = Callable[[Mapping[str, "CnnModel"], tuple[int, ...]], tuple[CostModel, str]]
 
 
 def reduce_app(app: App, plan: AppPlan, memory_limit: int, *, min_fps: Mapping[str, float] | None = None,
-               min_fps_ratio: float | None = None, cost: str = "auto", params: GaParams | None = None,
+               min_fps_ratio: float | None = None, cost: CostSource | None = None, params: GaParams | None = None,
                progress: Progress | None = None) -> dict[str, Any]:
-    """Algorithm 9 for ``app`` under ``memory_limit`` bytes; the ``"reduction"`` object of ``sbrs build --json``.
+    """Algorithm 9 for ``app`` under ``memory_limit`` bytes; the ``"reduction"`` object of ``sbrs build --json``
+    (without the executor's figures, which the compile stage adds: ``sbrs.compile.fit.executor_figures``).
 
-    Raises ``InputError`` for unknown scenarios in ``min_fps`` and when no configuration reaches the memory
-    limit (the message names the smallest figure reached). Failing fps constraints are listed in
-    ``violations`` (the caller decides the exit status).
+    ``cost``: the search's cost model (default: the analytic one). Raises ``InputError`` for unknown scenarios
+    in ``min_fps`` and when no configuration reaches the memory limit (the message names the smallest figure
+    reached). Failing fps constraints are listed in ``violations`` (the caller decides the exit status).
     """
     models = {s: fold_model(m) for s, m in app.models.items()}  # conv→BN→activation as one layer
     params = params or GaParams()
@@ -77,8 +70,8 @@ def reduce_app(app: App, plan: AppPlan, memory_limit: int, *, min_fps: Mapping[s
                          f"{', '.join(models)})", field="min_fps")
     unreduced_total = plan.memory.params_bytes + plan.memory.arena_bytes
     early = unreduced_total <= memory_limit  # Algorithm 9, lines 1-5, on the app's own (MoC) plan
-    cost_model, cost_name = (AnalyticCostModel(), "analytic") if early else _cost_model(
-        models, cost, params.candidates, progress)
+    cost_model, cost_name = (AnalyticCostModel(), "analytic") if early or cost is None else cost(
+        models, params.candidates)
     if min_fps_ratio is not None:
         for scenario, model in models.items():
             min_fps.setdefault(scenario, min_fps_ratio * model_fps(model, full_bands(model), cost_model))
@@ -118,11 +111,9 @@ def _height(model: Any, layer: str) -> int:
 
 
 def _figures(models: Mapping[str, Any], result: ReductionResult, cost: CostModel) -> dict[str, Any]:
-    """Buffer figures of the chosen configuration (Algorithm 10) and of its executor's arena, both placed by
-    ``sbrs.memory.place`` (planned and verified)."""
+    """Buffer figures of the chosen configuration (Algorithm 10), placed by ``sbrs.memory.place`` (planned and
+    verified)."""
     reduced = plan_reduction(models, result.band_rows, cost=cost, cuts=result.cuts, tiles=result.tiles)
-    runnable = {s: executable_bands(m, result.band_rows.get(s, {})) for s, m in models.items()}
-    parts = compile_parts(models, runnable, cuts=result.cuts, tiles=result.tiles)
     return {
         "params_bytes": reduced.params_bytes,
         "arena_bytes": reduced.arena.arena_bytes,
@@ -130,26 +121,24 @@ def _figures(models: Mapping[str, Any], result: ReductionResult, cost: CostModel
         "lower_bound_bytes": reduced.arena.lower_bound_bytes,
         "memory_bytes": reduced.memory_bytes,
         "fps_estimate": dict(reduced.fps),
-        "executor_arena_bytes": parts.arena_bytes,
-        "executor_calls": {s: len(p.calls) for s, p in parts.scenarios.items()},
     }
 
 
-def app_reduction(app: App) -> Mapping[str, Any]:
-    """The buffer reduction of ``app`` for its ``memory_limit_mb``: the one saved in its plan file
-    (``sbrs build``) when that is current and made for this limit, else Algorithm 9 run now with
-    ``sbrs build``'s defaults (``reduce_app``; an unreachable limit is an ``InputError``)."""
-    from sbrs.memory import build_plan, default_plan_path, load_plan
+def saved_reduction(app: App) -> Mapping[str, Any] | None:
+    """The buffer reduction ``sbrs build`` saved in ``app``'s plan file for its ``memory_limit_mb``, when the plan
+    is current and made for this very limit; else None. Nothing is searched here: the search runs only in
+    ``sbrs build``."""
+    from sbrs.memory import default_plan_path, load_plan
 
-    assert app.config.memory_limit_mb is not None
-    limit = int(app.config.memory_limit_mb * 1e6)
+    if app.config.memory_limit_mb is None:
+        return None
     try:
         saved = load_plan(default_plan_path(app), app).reduction
     except InputError:
-        saved = None
-    if saved is not None and int(saved["memory_limit_bytes"]) == limit:
+        return None
+    if saved is not None and int(saved["memory_limit_bytes"]) == int(app.config.memory_limit_mb * 1e6):
         return saved
-    return reduce_app(app, build_plan(app), limit)
+    return None
 
 
 def load_reduction(path: str | Path, app: App) -> dict[str, dict[str, int]]:

@@ -8,6 +8,7 @@ runtime by parts.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -30,20 +31,30 @@ if TYPE_CHECKING:
     from sbrs.runtime.events import RunObserver
 
 
-def runtime_for(app: App, *, use_build: bool = True, **options: Any) -> Runtime:
-    """A ``Runtime`` running ``app``'s scenarios (options: see ``Runtime``).
+def runtime_for(app: App | str | os.PathLike[str], *, use_build: bool = True, **options: Any) -> Runtime:
+    """A ``Runtime`` running an app's scenarios (options: see ``Runtime``).
 
-    With ``use_build`` (default), the app's ``sbrs build`` folder is used when it is current, intact, made
-    from this very configuration and compiled for the options asked; otherwise (no build, a stale or
-    damaged one, other options) the runtime is compiled from the models in memory, which ``app`` already
-    holds, so nothing is refused here (``sbrs run`` refuses a bad build instead).
+    Given a path (``str`` or ``Path`` of an app file): the runtime of the app's current build, opened exactly as
+    ``sbrs run`` opens it (``open_runtime``: built first in a child process when missing, saying so through
+    logging; a stale, damaged or mismatched build is refused with ``sbrs run``'s ``InputError``), holding what
+    ``sbrs run`` holds: no ``App``, and with a build no onnx, pydantic or YAML imported. ``rebuild=True``
+    builds again first.
 
-    With ``memory_limit_mb`` set and reuse alone above it, the runtime runs band calls (the same API): from
-    the build, or compiled here from the band heights saved in the app's plan file when it is current and made
-    for this limit, else searched now (``sbrs build``'s Algorithm 9 with its default options).
+    Given a loaded ``App``: with ``use_build`` (default) the app's build folder is used when it is current,
+    intact, made from this very configuration and compiled for the options asked; otherwise (no build, a stale
+    or damaged one, other options) the runtime is compiled from the models in memory, which ``app`` already
+    holds, so nothing is refused for the build's sake. With a ``memory_limit_mb`` that reuse alone misses, the
+    runtime runs band calls (the same API): from the build, or compiled here from the band heights saved in the
+    app's plan file when it is current and made for this limit. The search for them runs only in ``sbrs build``:
+    without a saved choice this is an ``InputError`` that says to run ``sbrs build APP.yaml``.
     """
     from sbrs.runtime.engine import Runtime
 
+    if isinstance(app, str | os.PathLike):
+        if not use_build:
+            raise TypeError("use_build applies to a loaded App; a path always opens the app's build")
+        runtime, _, _ = open_runtime(app, **options)
+        return runtime
     if use_build:
         from sbrs.artifact.read import MANIFEST, build_dir, load_build
 
@@ -56,13 +67,29 @@ def runtime_for(app: App, *, use_build: bool = True, **options: Any) -> Runtime:
                 return runtime_of_build(build, **options)
     if app.config.memory_limit_mb is not None:
         from sbrs.compile.fit import fit_parts
-        from sbrs.reduction.search import app_reduction
+        from sbrs.reduction.search import saved_reduction
 
-        reduction = app_reduction(app)
-        if not reduction["early_exit"]:
+        reduction = saved_reduction(app)
+        if reduction is None:
+            _refuse_unsearched(app)
+        elif not reduction["early_exit"]:
             options.pop("granularity", None)
             return Runtime.from_app(app, parts=fit_parts(app, reduction), **options)
     return Runtime.from_app(app, **options)
+
+
+def _refuse_unsearched(app: App) -> None:
+    """``InputError`` when ``app``'s memory limit needs processing by parts (its unreduced plan is above it,
+    Algorithm 9, lines 1-5) and no band heights were searched for it (``sbrs build``)."""
+    from sbrs.memory import build_plan, default_plan_path
+
+    assert app.config.memory_limit_mb is not None
+    plan = build_plan(app)
+    if plan.memory.params_bytes + plan.memory.arena_bytes <= int(app.config.memory_limit_mb * 1e6):
+        return
+    raise InputError(f"memory_limit_mb {app.config.memory_limit_mb:g} needs processing by parts and the app's plan "
+                     f"({default_plan_path(app).name}) holds no band heights for it: run `sbrs build "
+                     f"{app.config.path}`", file=str(app.config.path), field="memory_limit_mb")
 
 
 def _same_config(built: AppConfig, loaded: AppConfig) -> bool:
@@ -193,11 +220,12 @@ def _tables(parts: PartsPlan) -> TransitionPlan:
 
 def open_runtime(app_path: str | Path, *, granularity: str | None = None, transition: str | None = None,
                  on_switch: str | None = None, observers: Iterable[RunObserver] = (), rebuild: bool = False,
-                 say: Any = None) -> tuple[Runtime, AppConfig, Mapping[str, float]]:
+                 say: Any = None, **options: Any) -> tuple[Runtime, AppConfig, Mapping[str, float]]:
     """What ``sbrs run`` runs: the runtime of the app's current build, its config and per-scenario memory (MB).
 
     No build yet (or ``rebuild``): build one first (in a child process) and say so through ``say``. Runtime
     options other than those the build was compiled for: compile in memory from the app, as before builds.
+    ``options``: the other options of ``Runtime`` (``transition_arena``, ``transition_schedule``).
     """
     from sbrs.artifact.read import ensure_build, load_build
     from sbrs.runtime.engine import Runtime
@@ -209,11 +237,11 @@ def open_runtime(app_path: str | Path, *, granularity: str | None = None, transi
         say(f"sbrs run: the build's ONNX Runtime-optimised models were made on another machine or onnxruntime "
             f"({build.optimized_for}); loading its portable models instead (a slower start; `sbrs build "
             f"{app_path}` here makes them for this machine)")
-    if _build_fits(build, {"granularity": granularity, "transition": transition}):
+    if _build_fits(build, {"granularity": granularity, "transition": transition, **options}):
         if build.parts is not None and granularity is not None:
             say(f"sbrs run: the app runs by parts under its memory limit; --granularity {granularity} does not apply")
         runtime = runtime_of_build(build, granularity=granularity, transition=transition, on_switch=on_switch,
-                                   observers=observers)
+                                   observers=observers, **options)
         return runtime, build.config, build.scenario_memory_mb
     say(f"sbrs run: the build is for granularity {build.granularity}, transition {build.transition}; "
         f"compiling the requested options in memory")
@@ -222,6 +250,6 @@ def open_runtime(app_path: str | Path, *, granularity: str | None = None, transi
 
     app = load_app(app_path)
     runtime = Runtime.from_app(app, granularity=granularity, transition=transition, on_switch=on_switch,
-                               observers=observers)
+                               observers=observers, **options)
     memory = scenario_memory_mb(app, runtime.plan)
     return runtime, app.config, memory

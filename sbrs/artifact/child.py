@@ -1,0 +1,134 @@
+"""Building in a child process, so that the process that serves frames never holds what building needs.
+
+Building parses every model, imports onnx, pydantic and YAML and keeps the models' weights while it writes:
+memory that a device running ``sbrs run`` would pay for as long as the run lasts. ``sbrs run`` and
+``sbrs.runtime_for(path)`` therefore build a missing build with :func:`build_in_child`, which runs this module
+(``python -m sbrs.artifact.child APP.yaml``): it calls ``sbrs.artifact.build.build_app`` and answers on its
+stdout in JSON lines, one object per line:
+
+- ``{"log": {"name", "level", "message"}}`` for every record of the ``sbrs`` loggers at or above the level
+  asked (``--level``), which the parent logs again through its own loggers, as they come (progress included);
+- then ``{"result": ...}`` (``BuildResult.to_dict``) or ``{"error": {"kind", "message", "detail", "file",
+  "line", "field"}}``, which the parent raises again as the same exception type (``InputError``,
+  ``SbrsRuntimeError``; anything else is an internal error, ``SbrsRuntimeError``).
+
+The child's stderr (ONNX Runtime's own messages, a traceback) is drained as it comes; its last line is the
+message when a child dies without an answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import subprocess
+import sys
+import threading
+from collections import deque
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sbrs.errors import InputError, SbrsError, SbrsRuntimeError
+
+logger = logging.getLogger(__name__)
+
+#: Exception types the child's ``error`` names and the parent raises again (anything else: SbrsRuntimeError).
+ERRORS: dict[str, type[SbrsError]] = {"InputError": InputError, "SbrsRuntimeError": SbrsRuntimeError}
+
+
+def build_in_child(app_path: str | Path) -> dict[str, Any]:
+    """Build ``app_path`` in a fresh interpreter (module docstring); its ``BuildResult.to_dict``. The child's
+    log records are logged here as they come; its error is raised here as the same type."""
+    level = logging.getLogger("sbrs").getEffectiveLevel()
+    # -P: the working directory is not put first on the child's import path, so a folder named sbrs there is
+    # never imported instead of this package (the app's path is absolute)
+    safe_path = ["-P"] if sys.version_info >= (3, 11) else []
+    command = [sys.executable, *safe_path, "-m", __name__, str(Path(app_path).resolve()), "--level", str(level)]
+    answer: dict[str, Any] | None = None
+    last_words: deque[str] = deque(maxlen=20)
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8",
+                          errors="replace") as child:
+        assert child.stdout is not None and child.stderr is not None
+        # stderr is drained beside stdout, or a chatty child would fill its pipe and wait for us forever
+        drain = threading.Thread(target=last_words.extend, args=(child.stderr,), name="sbrs-build-stderr",
+                                 daemon=True)
+        drain.start()
+        for line in child.stdout:
+            try:
+                message = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # not ours (a library printing on stdout)
+            if not isinstance(message, dict):
+                continue
+            if "log" in message:
+                record = message["log"]
+                logging.getLogger(str(record.get("name", "sbrs"))).log(int(record.get("level", logging.INFO)),
+                                                                      "%s", record.get("message", ""))
+            elif "result" in message or "error" in message:
+                answer = message
+        drain.join()
+    if answer is not None and "result" in answer:
+        return dict(answer["result"])
+    if answer is not None:
+        raise _error(answer["error"], app_path)
+    lines = [line.strip() for line in last_words if line.strip()] or [f"exit status {child.returncode}"]
+    raise SbrsRuntimeError(f"building {app_path} failed: {lines[-1]}")
+
+
+def _error(error: Mapping[str, Any], app_path: str | Path) -> SbrsError:
+    kind = ERRORS.get(str(error.get("kind")))
+    if kind is InputError:
+        return InputError(str(error.get("detail") or error.get("message")), file=error.get("file"),
+                          line=error.get("line"), field=error.get("field"))
+    if kind is not None:
+        return kind(str(error.get("message")))
+    return SbrsRuntimeError(f"building {app_path} failed: {error.get('message')}")
+
+
+class _JsonLines(logging.Handler):
+    """Every record as a ``{"log": ...}`` line on stdout (the parent logs it again)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            _answer({"log": {"name": record.name, "level": record.levelno, "message": record.getMessage()}})
+        except Exception:  # a record that cannot be written must not end the build
+            self.handleError(record)
+
+
+def _answer(message: Mapping[str, Any]) -> None:
+    sys.stdout.write(json.dumps(message, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sbrs.artifact.child APP.yaml [--level N]``: build, answer in JSON lines (module docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m sbrs.artifact.child", description=__doc__.splitlines()[0])
+    parser.add_argument("app", metavar="APP.yaml")
+    parser.add_argument("--level", type=int, default=logging.INFO, help="the lowest level of records sent back")
+    args = parser.parse_args(argv)
+    root = logging.getLogger("sbrs")  # this process is ours: its sbrs loggers answer the parent
+    root.addHandler(_JsonLines())
+    root.setLevel(args.level)
+    root.propagate = False
+    try:
+        from sbrs.artifact.build import build_app
+
+        result = build_app(args.app)
+        violation = result.violation_error()
+        if violation is not None:
+            raise violation
+        _answer({"result": result.to_dict()})
+        return 0
+    except SbrsError as error:
+        _answer({"error": {"kind": type(error).__name__, "message": str(error),
+                           "detail": getattr(error, "detail", str(error)), "file": getattr(error, "file", None),
+                           "line": getattr(error, "line", None), "field": getattr(error, "field", None)}})
+        return error.exit_code
+    except Exception as error:
+        _answer({"error": {"kind": "internal", "message": f"{type(error).__name__}: {' '.join(str(error).split())}"}})
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

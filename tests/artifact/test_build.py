@@ -1,0 +1,127 @@
+"""The build sequence as a library function (``sbrs.artifact.build.build_app``), building in a child process
+(``sbrs.artifact.child``: results and errors come back structured, never parsed from a command line's
+stderr), and ``sbrs.runtime_for`` on a path (what ``sbrs run`` holds) and on an app under a memory limit (no
+search behind the caller's back)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sbrs.app import load_app
+from sbrs.artifact.build import BuildResult, build_app
+from sbrs.artifact.child import build_in_child
+from sbrs.artifact.read import MANIFEST, build_dir, load_build
+from sbrs.cli import main
+from sbrs.errors import InputError
+from sbrs.runtime import runtime_for
+from tests.conftest import FORBIDDEN_FOR_UNITS, REPO
+
+LIMITED = REPO / "tests" / "data" / "limited" / "limited.yaml"
+
+
+def copy_app(tmp_path: Path, source: Path) -> Path:
+    path = tmp_path / source.name
+    shutil.copy(source, path)
+    return path
+
+
+def test_build_app_is_what_sbrs_build_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    app_path = copy_app(tmp_path, REPO / "apps" / "tiny.yaml")
+    result = build_app(app_path)
+    assert isinstance(result, BuildResult) and result.violation_error() is None
+    assert result.folder == build_dir(app_path) and (result.folder / MANIFEST).is_file()
+    assert result.plan_path == tmp_path / "tiny.plan.json" and result.plan_path.is_file()
+    assert result.to_dict()["build"]["execution"] == "units" and load_build(app_path).plan is not None
+    assert main(["build", str(app_path), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads(json.dumps(result.to_dict(), default=str))
+
+
+def test_a_build_in_a_child_answers_with_its_result(tmp_path: Path) -> None:
+    app_path = copy_app(tmp_path, REPO / "apps" / "tiny.yaml")
+    answer = build_in_child(app_path)
+    assert answer["build"]["folder"] == str(build_dir(app_path.resolve()))
+    assert load_build(app_path).config.name == "tiny"
+
+
+@pytest.mark.parametrize("damage", ["unknown key", "missing model"])
+def test_a_childs_error_is_the_same_error_here(tmp_path: Path, damage: str) -> None:
+    app_path = copy_app(tmp_path, REPO / "apps" / "tiny.yaml")
+    text = app_path.read_text()
+    if damage == "unknown key":
+        app_path.write_text(text.replace("initial: full", "initial: full\nspeed: 3"))
+    else:
+        app_path.write_text("name: one\ninput: {name: input, shape: [1, 3, 32, 32], dtype: float32}\n"
+                            "initial: only\nscenarios:\n  - {name: only, model: nowhere.onnx, "
+                            "requirements: {accuracy: 1.0}}\n")
+    with pytest.raises(InputError) as here:
+        build_app(app_path)
+    with pytest.raises(InputError) as there:
+        build_in_child(app_path)
+    assert str(there.value) == str(here.value)
+    assert (there.value.file, there.value.line, there.value.field) == (here.value.file, here.value.line,
+                                                                       here.value.field)
+
+
+def test_the_library_never_runs_its_own_command_line() -> None:
+    """No module but the CLI itself names ``sbrs.cli`` in a string (``python -m sbrs.cli`` in a subprocess)."""
+    found = []
+    for path in sorted((REPO / "sbrs").rglob("*.py")):
+        if path.name == "cli.py" and path.parent.name == "sbrs":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.strip() == "sbrs.cli":
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert found == []
+
+
+def modules_runtime_for_loads(app: Path) -> list[str]:
+    """Which of ``FORBIDDEN_FOR_UNITS`` and the app stage's loader a fresh process running 2 frames through
+    ``sbrs.runtime_for(path)`` imports."""
+    forbidden = (*FORBIDDEN_FOR_UNITS, "sbrs.app.app")
+    code = f"""
+import sys
+import numpy as np
+import sbrs
+with sbrs.runtime_for({str(app)!r}) as runtime:
+    for _ in range(2):
+        runtime.infer(np.zeros((1, 3, 32, 32), np.float32))
+print("LOADED", sorted(m for m in {forbidden!r} if m in sys.modules))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300)
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if line.startswith("LOADED "))
+    return list(ast.literal_eval(line.removeprefix("LOADED ")))
+
+
+def test_runtime_for_a_path_holds_what_sbrs_run_holds(tmp_path: Path) -> None:
+    app_path = copy_app(tmp_path, REPO / "apps" / "tiny.yaml")
+    assert modules_runtime_for_loads(app_path) == []  # no build yet: built in a child, then loaded
+    assert (build_dir(app_path) / MANIFEST).is_file()
+    assert modules_runtime_for_loads(app_path) == []  # from the build
+
+
+def test_runtime_for_a_path_refuses_a_bad_build_as_sbrs_run_does(tmp_path: Path) -> None:
+    app_path = copy_app(tmp_path, REPO / "apps" / "tiny.yaml")
+    build_app(app_path)
+    (build_dir(app_path) / MANIFEST).write_text("{}")
+    with pytest.raises(InputError, match="run `sbrs build"):
+        runtime_for(app_path)
+    with pytest.raises(InputError, match="run `sbrs build"):
+        runtime_for(str(app_path))
+
+
+def test_runtime_for_an_app_never_searches(tmp_path: Path) -> None:
+    """An app whose memory limit needs processing by parts, with neither a build nor a saved choice: refused
+    with the command to run, instead of a search behind the caller's back."""
+    app_path = copy_app(tmp_path, LIMITED)
+    with pytest.raises(InputError, match=r"sbrs build .*limited\.yaml") as refused:
+        runtime_for(load_app(app_path))
+    assert refused.value.field == "memory_limit_mb"
