@@ -117,25 +117,22 @@ def measure_ratios(models: dict[str, CnnModel], configs: dict[str, Config], roun
     return result
 
 
-CHILD = """
-import json, sys
-import numpy as np
-sys.path.insert(0, {repo!r})
-from benchmarks.reduction import models_of, frames_of
-from sbrs.bench.bench import resident_bytes
-from sbrs.runtime.engine import Runtime
-config = json.loads({config!r})
-models = models_of(config["case"])
-inputs = frames_of(models)
-loaded, _ = resident_bytes()
-runtime = Runtime.from_models(models, config["bands"], cuts=config["cuts"], tiles=config["tiles"])
-for scenario in models:
-    runtime.switch(scenario)
-    for _ in range(3):
-        runtime.infer(inputs[scenario])
-after, peak = resident_bytes()
-print(json.dumps({{"loaded": loaded, "after": after, "peak": peak}}))
-"""
+def rss_child(text: str) -> None:
+    """The child process of ``measure_rss`` (``python benchmarks/reduction.py --rss-child CONFIG``): the case's
+    models loaded, then the runtime by parts of ``CONFIG`` made and run; its resident bytes as one JSON line."""
+    from sbrs.bench.bench import resident_bytes
+
+    config = json.loads(text)
+    models = models_of(config["case"])
+    inputs = frames_of(models)
+    loaded, _ = resident_bytes()
+    runtime = Runtime.from_models(models, config["bands"], cuts=config["cuts"], tiles=config["tiles"])
+    for scenario in models:
+        runtime.switch(scenario)
+        for _ in range(3):
+            runtime.infer(inputs[scenario])
+    after, peak = resident_bytes()
+    print(json.dumps({"loaded": loaded, "after": after, "peak": peak}))
 
 
 def measure_rss(case: str, config: Config, runs: int) -> dict[str, int]:
@@ -143,7 +140,7 @@ def measure_rss(case: str, config: Config, runs: int) -> dict[str, int]:
     samples = []
     for _ in range(runs):
         text = json.dumps({"case": case, "bands": config[0], "cuts": config[1], "tiles": config[2]})
-        out = subprocess.run([sys.executable, "-c", CHILD.format(repo=str(REPO), config=text)], check=True,
+        out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--rss-child", text], check=True,
                              capture_output=True, text=True).stdout
         figures = json.loads(out.strip().splitlines()[-1])
         samples.append(figures["after"] - figures["loaded"])
@@ -257,7 +254,11 @@ def main() -> int:
     parser.add_argument("--generations", type=int, default=16)
     parser.add_argument("--rss-runs", type=int, default=3)
     parser.add_argument("--front", type=int, default=12, help="Pareto front members to measure")
+    parser.add_argument("--rss-child", default=None, help=argparse.SUPPRESS)  # measure_rss's child process
     args = parser.parse_args()
+    if args.rss_child is not None:
+        rss_child(args.rss_child)
+        return 0
     params = GaParams(population=args.population, generations=args.generations, seed=0)
     reports = []
     for case in args.only.split(","):

@@ -39,8 +39,7 @@ class Runner:
     """``sbrs run`` in a child process; a thread reads its JSON lines and notes when each arrived."""
 
     def __init__(self, app: str, socket_path: str, extra: list[str]) -> None:
-        command = [sys.executable, "-c", "import sys; from sbrs.cli import main; sys.exit(main())", "run", app,
-                   "--socket", socket_path, *extra]
+        command = [sys.executable, "-m", "sbrs.cli", "run", app, "--socket", socket_path, *extra]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.lines: list[tuple[float, dict[str, Any]]] = []
         self.condition = threading.Condition()

@@ -7,6 +7,8 @@ For each example app, in one run, fresh processes, median of ``--repeats`` (defa
   full graph optimisation, global thread pool of the app's size) and runs F frames on the initial one;
 - ``ort active``: the same script loading only the initial scenario's model.
 
+The children are the modes of ``sbrs.bench.probe`` (``run``, ``ort``, ``bare``), run as a script.
+
 Figures: time to first output (process start → first JSON line on stdout), peak RSS of the process (the
 kernel's ``ru_maxrss`` from ``wait4``), and steady RSS and PSS *above a bare interpreter that imported numpy
 and onnxruntime* (read by each process from /proc after its frames; the bare interpreter is measured too).
@@ -28,57 +30,10 @@ import sys
 import time
 from pathlib import Path
 
+from sbrs.bench.probe import probe_command, read_memory
+
 ROOT = Path(__file__).resolve().parents[1]
 APPS = ["drone", "multi-cnn", "cifar10", "pamap2", "tiny"]
-
-# Every child's last lines: its RSS and PSS now (bytes), read from /proc.
-PRINT_MEMORY = r"""
-def print_memory():
-    status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
-    print("RSS", int(status["VmRSS"].split()[0]) * 1024, flush=True)
-    rollup = dict(line.split(":", 1) for line in open("/proc/self/smaps_rollup") if ":" in line)
-    print("PSS", int(rollup["Pss"].split()[0]) * 1024, flush=True)
-"""
-
-# The plain ORT user's script: sessions, then frames, one line per frame; the last lines are its steady memory.
-ORT_SCRIPT = PRINT_MEMORY + r"""
-import json, sys
-import numpy as np, onnxruntime as ort
-models, shape, dtype, frames, threads = json.loads(sys.argv[1])
-ort.set_global_thread_pool_sizes(threads, 1)
-options = ort.SessionOptions()
-options.use_per_session_threads = False
-sessions = [ort.InferenceSession(path, options, providers=["CPUExecutionProvider"]) for path in models]
-active = sessions[0]
-frame = np.random.default_rng(0).standard_normal(shape).astype(dtype)
-name = active.get_inputs()[0].name
-for index in range(frames):
-    out = active.run(None, {name: frame})
-    print(json.dumps({"frame": index, "top": int(np.argmax(out[0]))}), flush=True)
-print_memory()
-"""
-
-BARE_SCRIPT = PRINT_MEMORY + r"""
-import numpy, onnxruntime
-print_memory()
-"""
-
-# sbrs run, with the steady RSS printed after the frames while the runtime is still open (the ORT script's
-# sessions are alive when it reads its RSS; read after ``main`` returns, the closed runtime's sessions would
-# already be gone).
-SBRS_SCRIPT = PRINT_MEMORY + r"""
-import sys
-import sbrs.run.loop as loop
-from sbrs.cli import main
-run_frames = loop.run_frames
-def frames_then_rss(*args, **kwargs):
-    summary = run_frames(*args, **kwargs)
-    print_memory()
-    return summary
-loop.run_frames = frames_then_rss
-sys.exit(main(["run", sys.argv[1], "--frames", sys.argv[2], "--no-socket"]))
-"""
-
 
 #: The children's environment: a user's Python, which caches bytecode (see the module docstring).
 CHILD_ENV = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
@@ -94,10 +49,8 @@ def measure(command: list[str]) -> dict[str, float]:
     for line in process.stdout:
         if first is None:
             first = time.perf_counter() - start
-        if line.startswith("RSS "):
-            steady = int(line.split()[1])
-        if line.startswith("PSS "):
-            pss = int(line.split()[1])
+        figures = read_memory([line])
+        steady, pss = figures.get("rss", steady), figures.get("pss", pss)
     _, status, usage = os.wait4(process.pid, 0)
     if status != 0:
         raise SystemExit(f"{command[:4]}... failed with status {status}")
@@ -111,16 +64,17 @@ def app_row(app: str, frames: int, repeats: int) -> dict[str, object]:
     config = load_app_config(path)
     subprocess.run([sys.executable, "-m", "sbrs.cli", "build", path], check=True, stdout=subprocess.DEVNULL,
                    env=CHILD_ENV)
-    measure([sys.executable, "-c", SBRS_SCRIPT, path, "1"])  # writes the bytecode of the run path's modules
+    measure(probe_command("run", path, "1"))  # writes the bytecode of the run path's modules
     order = [config.initial] + [s.name for s in config.scenarios if s.name != config.initial]
     models = [config.scenario(name).model_path for name in order]
     threads = config.runtime.threads or os.cpu_count() or 1
     shape, dtype = list(config.input.shape), config.input.dtype
-    sides = {
-        "sbrs": [sys.executable, "-c", SBRS_SCRIPT, path, str(frames)],
-        "ort_all": [sys.executable, "-c", ORT_SCRIPT, json.dumps([models, shape, dtype, frames, threads])],
-        "ort_active": [sys.executable, "-c", ORT_SCRIPT, json.dumps([models[:1], shape, dtype, frames, threads])],
-        "bare": [sys.executable, "-c", BARE_SCRIPT],
+    ort = {"providers": ["CPUExecutionProvider"], "threads": threads, "shape": shape, "dtype": dtype, "frames": frames}
+    sides = {  # the children are sbrs.bench.probe's modes: sbrs run itself, a plain ORT user, a bare interpreter
+        "sbrs": probe_command("run", path, str(frames)),
+        "ort_all": probe_command("ort", json.dumps({"models": models, **ort})),
+        "ort_active": probe_command("ort", json.dumps({"models": models[:1], **ort})),
+        "bare": probe_command("bare"),
     }
     runs: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
     for _ in range(repeats):  # interleaved, so drifts on a shared machine hit every side alike

@@ -2,16 +2,23 @@
 
 Exit status: 0 ok, 1 runtime failure, 2 bad input or usage; every failure is one line on stderr naming the
 file, field or request at fault. ``--json`` prints exactly one JSON object on stdout.
+
+The command owns its process, so it is where logging is configured: one handler on the ``sbrs`` logger (never
+the root logger) writing each record's message as one line on stderr, at INFO, or DEBUG with ``-v``/
+``--verbose``, or warnings and errors only with ``-q``/``--quiet`` (every command takes both). The library
+itself only logs (``sbrs.log``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -19,6 +26,36 @@ from sbrs import __version__
 from sbrs.errors import InputError, SbrsError
 
 Handler = Callable[[argparse.Namespace], int]
+
+logger = logging.getLogger("sbrs.cli")
+
+
+class _StderrLines(logging.Handler):
+    """Each record's message as one line on ``sys.stderr``, looked up when the record comes (a test or a caller
+    may have replaced it since the handler was made)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(record.getMessage() + "\n")
+            sys.stderr.flush()
+        except Exception:
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def logging_to_stderr(level: int) -> Iterator[None]:
+    """While inside, the ``sbrs`` logger writes its records at ``level`` and above on stderr (``_StderrLines``);
+    its handlers and level are as they were afterwards."""
+    root = logging.getLogger("sbrs")
+    handler = _StderrLines(level)
+    previous = root.level
+    root.addHandler(handler)
+    root.setLevel(level)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous)
 
 
 def _print_json(value: Any) -> None:
@@ -90,12 +127,12 @@ def _memory_table(app: Any, plans: dict[tuple[str, ...], Any]) -> str:
 def cmd_build(args: argparse.Namespace) -> int:
     from sbrs.artifact.build import build_app
     from sbrs.reduction import GaParams
-    from sbrs.reduction.search import parse_min_fps, progress_printer
+    from sbrs.reduction.search import parse_min_fps
 
     min_fps = parse_min_fps(args.min_fps)
     params = GaParams(seed=args.seed, population=args.population, generations=args.generations)
     result = build_app(args.app, memory_limit_mb=args.memory_limit, min_fps=min_fps, min_fps_ratio=args.min_fps_ratio,
-                       cost=args.cost, params=params, plan_path=args.plan, progress=progress_printer(sys.stderr))
+                       cost=args.cost, params=params, plan_path=args.plan)
     if args.json:
         _print_json(result.to_dict())
     else:
@@ -151,6 +188,25 @@ def _build_text(result: Any) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    # Signals stop the run from here to the end: one while the build is made or loaded ends the run before its
+    # first frame, a second one during the shutdown changes nothing (the summary is still written).
+    stop = threading.Event()
+    try:
+        with stop_on_signals(stop):
+            return _run(args, stop)
+    finally:
+        # The run is over and reported; the process is only exiting now. A repeated Ctrl-C or SIGTERM (an
+        # impatient supervisor) must not turn a clean stop into a death by signal.
+        import signal
+
+        from sbrs.run.loop import STOP_SIGNALS
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, signal.SIG_IGN)
+
+
+def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     from sbrs.artifact.read import config_from_dict, ensure_build, read_manifest
     from sbrs.run.loop import run_app
 
@@ -165,25 +221,40 @@ def cmd_run(args: argparse.Namespace) -> int:
         observer, metrics_server = metrics_from_args(args, config)
         observers.append(observer)
     if metrics_server is not None:
-        sys.stderr.write(f"sbrs run: metrics on {metrics_server.url}\n")
+        logger.info("sbrs run: metrics on %s", metrics_server.url)
     try:
         return run_app(args.app, frames=args.frames, source=args.input, output=args.output, seed=args.seed,
                        granularity=args.granularity, transition=args.transition, on_switch=args.on_switch,
                        socket_path=args.socket,
                        listen=args.listen, no_socket=args.no_socket, order=args.order, observers=observers,
-                       summary_path=args.summary)
+                       summary_path=args.summary, stop=stop)
     finally:
         if metrics_server is not None:
             metrics_server.stop()
-        # The run is over and reported; the process is only exiting now. A repeated Ctrl-C or SIGTERM (an
-        # impatient supervisor) must not turn a clean stop into a death by signal.
-        import signal
 
-        from sbrs.run.loop import STOP_SIGNALS
 
-        if threading.current_thread() is threading.main_thread():
-            for sig in STOP_SIGNALS:
-                signal.signal(sig, signal.SIG_IGN)
+@contextlib.contextmanager
+def stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """While inside, SIGINT, SIGTERM and SIGHUP (the terminal went away) set ``stop`` instead of killing the
+    process (main thread only). A second signal during the shutdown only sets it again. The command owns the
+    process and its signals; the library never touches them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def request_stop(signum: int, frame: Any) -> None:
+        stop.set()
+
+    import signal
+
+    from sbrs.run.loop import STOP_SIGNALS
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -290,6 +361,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     def add(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
         sub.set_defaults(handler=handler)
+        _verbosity_arguments(sub)
         return sub
 
     def wanted(*names: str) -> bool:
@@ -315,6 +387,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if wanted("zoo"):
         _zoo_commands(add("zoo", lambda _args: 2, "reference CNN architectures with seeded weights"))
     return parser
+
+
+def _verbosity_arguments(parser: argparse.ArgumentParser) -> None:
+    """``-v``/``--verbose`` and ``-q``/``--quiet``: what the command logs on stderr (module docstring)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("-v", "--verbose", action="store_true", help="also log details (DEBUG), e.g. the arena chart")
+    group.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
 
 
 def _check_arguments(check: argparse.ArgumentParser) -> None:  # check and inspect take the same arguments
@@ -400,9 +479,11 @@ def _zoo_commands(zoo: argparse.ArgumentParser) -> None:
     zoo_commands = zoo.add_subparsers(dest="zoo_command", metavar="ZOO_COMMAND", required=True)
     zoo_list = zoo_commands.add_parser("list", help="list the zoo's models and their options")
     zoo_list.set_defaults(handler=cmd_zoo_list)
+    _verbosity_arguments(zoo_list)
     zoo_list.add_argument("--json", action="store_true", help="print one JSON object")
     export = zoo_commands.add_parser("export", help="write a zoo model as an ONNX file")
     export.set_defaults(handler=cmd_zoo_export)
+    _verbosity_arguments(export)
     export.add_argument("name", help="model name (see `sbrs zoo list`)")
     export.add_argument("-o", "--output", required=True, metavar="FILE.onnx")
     export.add_argument("--width", type=float, default=None, help="width multiplier")
@@ -417,8 +498,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     args = parser.parse_args(argv)
+    level = (logging.DEBUG if getattr(args, "verbose", False) else
+             logging.WARNING if getattr(args, "quiet", False) else logging.INFO)
     try:
-        return int(args.handler(args))
+        with logging_to_stderr(level):
+            return int(args.handler(args))
     except SbrsError as exc:
         sys.stderr.write(f"sbrs: error: {exc}\n")
         return exc.exit_code

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sbrs.app.config import AppConfig, ScenarioConfig, load_app_config
 from sbrs.errors import InputError
+from sbrs.log import Progress
 from sbrs.model import CnnModel, memory_figures, params_bytes
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,14 @@ def _import_scenario(config: AppConfig, scenario: ScenarioConfig) -> CnnModel:
 
 
 def load_app(path: str | Path) -> App:
-    """Load an app YAML: validate it, resolve and import every scenario's CNN."""
+    """Load an app YAML: validate it, resolve and import every scenario's CNN (put in canonical form first when
+    it needs it, ``sbrs.model.canonical``)."""
     config = load_app_config(path)
-    return App(config, {s.name: _import_scenario(config, s) for s in config.scenarios})
+    progress = Progress(logger, f"importing the models of app '{config.name}'", len(config.scenarios),
+                        unit="models")
+    models = {}
+    for done, scenario in enumerate(config.scenarios, 1):
+        logger.debug("scenario %s: importing %s", scenario.name, scenario.model_path)
+        models[scenario.name] = _import_scenario(config, scenario)
+        progress(done)
+    return App(config, models)

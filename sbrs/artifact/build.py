@@ -12,6 +12,7 @@ units, or band calls by parts). The result is a :class:`BuildResult` whose ``to_
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from sbrs.reduction import GaParams
 
 __all__ = ["BuildResult", "build_app"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -67,7 +70,8 @@ def build_app(app_path: str | Path, *, memory_limit_mb: float | None = None,
     ``memory_limit_mb`` (default: the app's ``memory_limit_mb``): parameters plus buffers; above what reuse
     alone reaches, band heights are searched (Algorithm 9) with ``params`` (seed, population, generations),
     the per-scenario minimum throughputs ``min_fps`` / ``min_fps_ratio`` and the cost model ``cost``
-    (``auto``, ``analytic`` or ``measured``); ``progress(done, total)`` follows the search. Bad input (the
+    (``auto``, ``analytic`` or ``measured``); ``progress(done, total)`` follows the search (default: progress
+    lines on the ``sbrs`` loggers, ``sbrs.log``; every long step logs its own). Bad input (the
     app, a limit of 0 or below, an unreachable limit, unknown scenarios) is an ``InputError``.
     """
     from sbrs.app import load_app
@@ -77,6 +81,11 @@ def build_app(app_path: str | Path, *, memory_limit_mb: float | None = None,
 
     app = load_app(app_path)
     plan = build_plan(app)
+    if logger.isEnabledFor(logging.DEBUG):  # the arena as a chart (``sbrs build -v``)
+        from sbrs.memory import ArenaPlan, Problem
+
+        logger.debug("%s", ArenaPlan.from_dict(plan.arena).chart(Problem.from_dict(plan.problem),
+                                                                 title=f"arena of app '{app.name}'"))
     plan_file = Path(plan_path) if plan_path is not None else default_plan_path(app)
     limit_mb = memory_limit_mb if memory_limit_mb is not None else app.config.memory_limit_mb
     report: dict[str, Any] = {**plan.report(), "plan_path": str(plan_file), "tensors_in_arena": "all",
@@ -91,7 +100,7 @@ def build_app(app_path: str | Path, *, memory_limit_mb: float | None = None,
         if limit_mb <= 0:
             raise InputError(f"memory limit must be > 0 MB, got {limit_mb:g}", field="memory_limit_mb")
         reduction = reduce_app(app, plan, int(limit_mb * 1e6), min_fps=min_fps, min_fps_ratio=min_fps_ratio,
-                               cost=cost_source(cost, progress), params=params or GaParams(), progress=progress)
+                               cost=cost_source(cost), params=params or GaParams(), progress=progress)
         reduction["figures"].update(executor_figures(app, reduction))
         plan = replace(plan, reduction=reduction)
         figures = reduction["figures"]
@@ -99,6 +108,7 @@ def build_app(app_path: str | Path, *, memory_limit_mb: float | None = None,
                       arena_bytes=figures["arena_bytes"], reuse_bytes=figures["reuse_bytes"],
                       lower_bound_bytes=figures["lower_bound_bytes"], reduction=reduction)
     save_plan(plan, plan_file)
+    logger.debug("plan saved to %s", plan_file)
     manifest = compile_app(app, reduction=reduction)
     parts = manifest["parts"]
     folder = build_dir(app.config.path)

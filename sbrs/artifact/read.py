@@ -38,9 +38,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
-import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
     from sbrs.compile.parts_plan import PartsPlan
     from sbrs.compile.transitions import TransitionPlan
     from sbrs.compile.units import UnitPlan
+
+logger = logging.getLogger(__name__)
 
 FORMAT = 5  # 5: processing by parts as one PartsPlan (``parts``), no unit plan in a build by parts
 MANIFEST = "manifest.json"
@@ -286,14 +288,12 @@ def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
     )
 
 
-def ensure_build(app_path: str | Path, *, rebuild: bool = False,
-                 say: Callable[[str], Any] | None = None) -> Path:
+def ensure_build(app_path: str | Path, *, rebuild: bool = False) -> Path:
     """The app's build folder, built first (in a child process, ``sbrs.artifact.child.build_in_child``) when
-    there is none yet or ``rebuild`` asks; ``say`` (default: a line on stderr) tells which."""
+    there is none yet or ``rebuild`` asks, which is logged (INFO)."""
     folder = build_dir(app_path)
     if rebuild or not (folder / MANIFEST).exists():
-        text = f"sbrs run: {'rebuilding' if rebuild else 'no build of the app yet; building'} {folder}"
-        (say or (lambda line: sys.stderr.write(line + "\n")))(text)
+        logger.info("sbrs run: %s %s", "rebuilding" if rebuild else "no build of the app yet; building", folder)
         from sbrs.artifact.child import build_in_child
 
         build_in_child(app_path)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -32,6 +33,9 @@ from sbrs.artifact.read import (
     manifest_checksum,
 )
 from sbrs.compile.units import UnitPlan
+from sbrs.log import Progress
+
+logger = logging.getLogger(__name__)
 
 #: Tensors smaller than this stay inside their unit file (biases, scales): not worth a page of the weights file.
 EXTERNAL_MIN_BYTES = 1024
@@ -135,11 +139,13 @@ def _save_optimized_models(app: App, staging: Path) -> tuple[str | None, str | N
         return None, "this machine's CPU flags cannot be read (/proc/cpuinfo)"
     use_global_thread_pool(app.config.runtime.threads)
     sources = sorted(staging.glob("*.onnx"))
+    progress = Progress(logger, "optimising for this machine (ONNX Runtime)", len(sources), unit="models")
     try:
         made = []
-        for path in sources:
+        for done, path in enumerate(sources, 1):
             made.append(path.with_name(path.stem + OPTIMIZED_SUFFIX))
             save_optimized(str(path), str(made[-1]), providers)
+            progress(done)
         _share_optimized_weights(made, staging / OPTIMIZED_WEIGHTS)
     except Exception as exc:  # onnxruntime raises its own types; any failure leaves only the portable files
         for path in (*staging.glob(f"*{OPTIMIZED_SUFFIX}*"), staging / OPTIMIZED_WEIGHTS):
@@ -224,16 +230,21 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
             if parts is None:
                 assert plan is not None and moc is not None
                 specs = {t.id: t.spec for t in plan.tensors}
-                for unit in plan.units:
+                progress = Progress(logger, "writing unit files", len(plan.units), unit="units")
+                for done, unit in enumerate(plan.units, 1):
                     model = unit_model(app.models, moc, unit, specs, app.name, initializer=weights.tensor)
                     onnx.save_model(model, str(staging / f"{unit.id}.onnx"))
+                    progress(done)
             else:
                 from sbrs.compile.parts import call_models
                 from sbrs.compile.parts_plan import call_file
 
-                for key, model in call_models(app.models, parts).items():
+                calls = call_models(app.models, parts)
+                progress = Progress(logger, "writing band-call files", len(calls), unit="models")
+                for done, (key, model) in enumerate(calls.items(), 1):
                     weights.externalise(model)
                     onnx.save_model(model, str(staging / call_file(key)))
+                    progress(done)
         finally:
             weights.close()
         optimized_for, not_optimized = _save_optimized_models(app, staging)

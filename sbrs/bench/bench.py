@@ -6,12 +6,13 @@ providers, same global thread pool, ``session.run`` with a feed dict, as a plain
 alternate blocks of ``frames`` frames, ``repeats`` times; each side's fps is the median over its blocks and
 ``ratio`` = sbrs fps / ORT fps.
 
-Process memory (``measure_memory``): four fresh interpreters, started in this run one after another: a bare
-one with only numpy and onnxruntime imported (the baseline), sbrs running the app's verified build
-(``sbrs.build``) as ``sbrs run`` does, every scenario's ONNX file as its own plain ORT session, and the largest
-scenario alone in plain ORT; the loaded ones warm every scenario up before their resident set size is read,
-and the ORT ones hand freed memory back to the system (``malloc_trim``). Figures are RSS above the baseline,
-steady and peak (``VmHWM``: loading and switching). What sbrs imports is part of what sbrs costs.
+Process memory (``measure_memory``): four fresh interpreters (``sbrs.bench.probe``), started in this run one
+after another: a bare one with only numpy and onnxruntime imported (the baseline), sbrs running the app's
+verified build (``sbrs.artifact``) as ``sbrs run`` does, every scenario's ONNX file as its own plain ORT
+session, and the largest scenario alone in plain ORT; the loaded ones warm every scenario up before their
+resident set size is read, and the ORT ones hand freed memory back to the system (``malloc_trim``). Figures
+are RSS above the baseline, steady and peak (``VmHWM``: loading and switching). What sbrs imports is part of
+what sbrs costs.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import gc
 import json
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from sbrs.bench.probe import probe_command, read_memory
 from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.runtime.open import runtime_for
 
@@ -97,86 +98,26 @@ def measure_throughput(app_path: str, *, frames: int, repeats: int, granularity:
 
 # -- process memory, each figure in its own fresh interpreter ---------------------------------------------
 
-#: The end of every memory probe script: its RSS, peak and PSS as one JSON line.
-_MEMORY_REPORT = """
-status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
-rss = int(status["VmRSS"].split()[0]) * 1024
-try:  # a page several mappings share counts once (weights mapped by several sessions), not once per mapping
-    rollup = dict(line.split(":", 1) for line in open("/proc/self/smaps_rollup") if ":" in line)
-    pss = int(rollup["Pss"].split()[0]) * 1024
-except (OSError, KeyError):
-    pss = rss
-print(json.dumps({"rss": rss, "peak": int(status["VmHWM"].split()[0]) * 1024, "pss": pss}))
-"""
-
-#: The plain ONNX Runtime side of the memory probes, and the bare baseline: a script that imports only json,
-#: numpy and onnxruntime (never sbrs), loads the given models as sessions on the global thread pool (the
-#: setting sbrs uses too), warms each up, hands freed memory back (as sbrs does) and prints its RSS and peak.
-_ORT_PROBE = """
-import ctypes, ctypes.util, json, sys
-import numpy as np
-import onnxruntime as ort
-args = json.loads(sys.argv[1])
-sessions = []
-if args["models"]:
-    ort.set_global_thread_pool_sizes(args["threads"], 1)
-    options = ort.SessionOptions()
-    options.use_per_session_threads = False
-    options.log_severity_level = 3
-    sessions = [ort.InferenceSession(path, options, providers=args["providers"]) for path in args["models"]]
-    frame = np.zeros(args["shape"], args["dtype"])
-    for session in sessions:
-        for _ in range(args["warmup"]):
-            session.run(None, {session.get_inputs()[0].name: frame})
-library = ctypes.util.find_library("c")
-if library and sys.platform.startswith("linux"):
-    ctypes.CDLL(library).malloc_trim(0)
-""" + _MEMORY_REPORT
-
-
 def _run_probe(label: str, command: list[str]) -> dict[str, int]:
-    """Run one probe interpreter and return its JSON answer (its last line)."""
-    # ``python -c`` puts its working directory first on sys.path: run it where this very sbrs package lives, so a
-    # folder named ``sbrs`` in the user's working directory is never imported instead (paths are absolute).
-    package_home = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, *command], capture_output=True, text=True, check=False, cwd=package_home)
-    if done.returncode != 0:
+    """Run one probe interpreter (``sbrs.bench.probe``) and return the memory it printed."""
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    figures = read_memory(done.stdout.splitlines())
+    if done.returncode != 0 or set(figures) != {"rss", "peak", "pss"}:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise SbrsRuntimeError(f"bench: the {label} memory probe failed: {last}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-#: The sbrs probe: the app's verified build loaded as ``sbrs run`` loads it (``sbrs.artifact.read``, nothing of
-#: this benchmark module, whose own imports would count against sbrs), every scenario run, its RSS and peak.
-_SBRS_PROBE = """
-import gc, json, sys
-import numpy as np
-from sbrs.artifact.read import load_build
-from sbrs.ort_env import release_free_memory
-from sbrs.runtime.open import runtime_of_build
-args = json.loads(sys.argv[1])
-build = load_build(args["app"])
-runtime = runtime_of_build(build)
-frame = np.zeros(build.config.input.shape, build.config.input.dtype)
-for scenario in runtime.scenarios:
-    runtime.switch(scenario)
-    for _ in range(args["warmup"]):
-        runtime.infer(frame)
-gc.collect()
-release_free_memory()  # as the ORT probe hands its freed memory back
-""" + _MEMORY_REPORT
+    return figures
 
 
 def _child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
-    """The sbrs probe (``sbrs``) or the ORT probe (``ort``, ``idle``: numpy and onnxruntime only), each in a
-    fresh interpreter."""
+    """The sbrs probe (``sbrs``: the app's build run as ``sbrs run`` runs it) or the ORT probe (``ort``; ``idle``:
+    numpy and onnxruntime only, the baseline), each in a fresh interpreter (``sbrs.bench.probe``)."""
     if mode == "sbrs":
-        return _run_probe(mode, ["-c", _SBRS_PROBE, json.dumps({"warmup": WARMUP_FRAMES, **argument})])
+        return _run_probe(mode, probe_command("sbrs", json.dumps({"warmup": WARMUP_FRAMES, **argument})))
     if mode == "idle":
         argument = {"models": []}
     elif mode != "ort":
         raise ValueError(f"unknown memory probe {mode!r}")
-    return _run_probe(mode, ["-c", _ORT_PROBE, json.dumps({"warmup": WARMUP_FRAMES, **argument})])
+    return _run_probe(mode, probe_command("ort", json.dumps({"warmup": WARMUP_FRAMES, "trim": True, **argument})))
 
 
 def measure_memory(app_path: str, *, granularity: str | None) -> dict[str, Any]:

@@ -29,6 +29,7 @@ candidates, the onnxruntime version and the machine; :func:`cached_costs` measur
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import platform
 import time
@@ -43,6 +44,7 @@ from sbrs.cache import cache_dir, content_key
 from sbrs.compile.parts import call_models, compile_parts
 from sbrs.compile.parts_plan import ROWS, TO_ROWS, LineBuffer, PartsPlan
 from sbrs.errors import InputError
+from sbrs.log import Progress as ProgressLines
 from sbrs.model.cnn import CnnModel, Layer
 from sbrs.model.fold import fold_model
 from sbrs.ort_env import CPU_PROVIDER, create_session, use_global_thread_pool
@@ -63,6 +65,8 @@ TABLE = "folded-tiles-min-interleaved"
 COST_MODELS: tuple[str, ...] = ("auto", "analytic", "measured")
 
 Progress = Callable[[int, int], None]
+
+logger = logging.getLogger(__name__)
 
 
 def device_name() -> str:
@@ -223,13 +227,16 @@ def measure_costs(models: Mapping[str, CnnModel], candidates: Sequence[int] = Ga
     """Measure every layer of ``models`` whole, in bands of each candidate height and as a member of every
     candidate tile group at each candidate exit band (module docstring). Each call's figure is the fastest
     of ``repeats`` timings, each beside a timing of the whole model (whose figures are the fastest over all
-    of them): on a shared machine the minimum is the estimate least disturbed by load."""
+    of them): on a shared machine the minimum is the estimate least disturbed by load. ``progress(done,
+    total)`` follows the configurations (default: ``measuring costs`` lines, ``sbrs.log``)."""
     use_global_thread_pool(None)  # the sessions run on the process's pool, as the runtime's do
     bands_list = sorted({int(c) for c in candidates if int(c) > 0} | {0}, reverse=False)
     models = {s: fold_model(m) for s, m in models.items()}  # what the GA and the runtime by parts see
     measured: list[tuple[Layer, int, float]] = []
     tiled: list[tuple[Layer, int, float]] = []
     total = len(models) * (2 * len(bands_list) - 1)
+    if progress is None:
+        progress = ProgressLines(logger, "measuring costs", total, unit="configurations")
     done = 0
     for scenario, model in models.items():
         frame = _frame(model)
@@ -248,6 +255,7 @@ def measure_costs(models: Mapping[str, CnnModel], candidates: Sequence[int] = Ga
         for kind, band, config, tiles in configs:
             if (kind == "tile" and not tiles) or (kind == "band" and band == 0):  # the whole model: below
                 done += 1
+                progress(done, total)
                 continue
             timed = _timed(model, scenario, frame, config, tiles)
             timed.sample()  # warm-up
@@ -258,8 +266,7 @@ def measure_costs(models: Mapping[str, CnnModel], candidates: Sequence[int] = Ga
             results.append((kind, band, tiles, timed.parts, timed.seconds(samples)))
             del timed
             done += 1
-            if progress is not None:
-                progress(done, total)
+            progress(done, total)
         if not whole_samples:  # nothing else to measure: the whole model alone
             whole_samples = [whole.sample() for _ in range(repeats)]
         results.insert(0, ("band", 0, [], whole.parts, whole.seconds(whole_samples)))

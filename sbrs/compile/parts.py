@@ -68,6 +68,7 @@ that touches it to the last (the frame input from call 0, graph outputs to the l
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -89,6 +90,7 @@ from sbrs.compile.parts_plan import (
     ScenarioParts,
 )
 from sbrs.errors import InputError, SbrsRuntimeError
+from sbrs.log import Progress
 from sbrs.memory import Block, Live, Problem, place
 from sbrs.model.cnn import INPUT_OP, OUTPUT_OP, CnnModel, Layer, TensorSpec
 from sbrs.model.fold import fold_bands, fold_cuts, fold_model, fold_tiles
@@ -109,6 +111,8 @@ __all__ = [
     "executable_bands",
     "plan_transition_room",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: Operators this executor runs by bands (window ops get per-band pads; the rest are 1:1 or broadcast).
 BANDABLE_OPS: frozenset[str] = WINDOW_OPS | ROWWISE_OPS
@@ -472,10 +476,13 @@ def compile_parts(models: Mapping[str, CnnModel], band_rows: Mapping[str, Mappin
         raise InputError(f"unknown scenario(s) {', '.join(unknown)} (scenarios: {', '.join(models)})",
                          field="band_rows")
     folded = {s: fold_model(m) for s, m in models.items()}
-    compiled = {s: compile_scenario(f, fold_bands(models[s], f, band_rows.get(s, {})), name=s,
-                                    cuts=fold_cuts(models[s], f, cuts.get(s, ())),
-                                    tiles=fold_tiles(models[s], f, tiles.get(s, ())))
-                for s, f in folded.items()}
+    progress = Progress(logger, "compiling band calls", len(folded), unit="scenarios")
+    compiled = {}
+    for done, (s, f) in enumerate(folded.items(), 1):
+        compiled[s] = compile_scenario(f, fold_bands(models[s], f, band_rows.get(s, {})), name=s,
+                                       cuts=fold_cuts(models[s], f, cuts.get(s, ())),
+                                       tiles=fold_tiles(models[s], f, tiles.get(s, ())))
+        progress(done)
     blocks = [Block(f"{s}/{b.tensor}", b.nbytes, (Live(s, b.first_call, b.last_call),))
               for s, parts in compiled.items() for b in parts.buffers]
     problem = Problem(tuple(blocks), frozenset(), alignment)

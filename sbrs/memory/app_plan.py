@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -21,6 +22,7 @@ from sbrs import __version__
 from sbrs.app import App
 from sbrs.cache import write_atomic
 from sbrs.errors import InputError, SbrsRuntimeError
+from sbrs.log import Progress
 from sbrs.memory.arena import ArenaPlan
 from sbrs.memory.check import check_reuse
 from sbrs.memory.placement import place, verify
@@ -32,6 +34,8 @@ from sbrs.moc.model import Moc
 from sbrs.model import CnnModel, memory_figures, naive_buffer_bytes, params_bytes
 
 PLAN_FORMAT = 1
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -129,9 +133,15 @@ def plan_scenarios(moc: Moc, models: Mapping[str, CnnModel],
 def build_plan(app: App, adaptive: tuple[str, ...] | None = None) -> AppPlan:
     """Derive the MoC for ``adaptive`` (default: the app's A) and plan one arena for all its scenarios."""
     adaptive = adaptive if adaptive is not None else app.config.adaptive
+    progress = Progress(logger, f"planning the memory of app '{app.name}'", 2 + len(app.models), unit="steps")
     moc = derive_moc(app.models, adaptive)
+    progress(1)
     problem, arena, reuse, figures = plan_scenarios(moc, app.models)
-    per_scenario = {name: plan_scenarios(moc, app.models, (name,))[3] for name in moc.scenarios}
+    progress(2)
+    per_scenario = {}
+    for done, name in enumerate(moc.scenarios, 3):
+        per_scenario[name] = plan_scenarios(moc, app.models, (name,))[3]
+        progress(done)
     return AppPlan(
         app=app.name,
         fingerprint=app_fingerprint(app),

@@ -1,6 +1,6 @@
-"""Algorithm 5 of the thesis: automated derivation of the SBRS MoC (Section 5.8, seed lines 1320-1402).
+"""Algorithm 5 of the thesis: automated derivation of the SBRS MoC (Section 5.8).
 
-``derive_moc(models, adaptive, parallel)`` follows the listing (seed lines 1326-1384):
+``derive_moc(models, adaptive, parallel)`` follows the listing of Algorithm 5 (thesis Section 5.8):
 
 1. Lines 2-9: visit the scenarios in the given order and each scenario's layers in topological order; capture
    every layer l_i^s by an existing supergraph layer l_n when ``eq(l_i^s, l_n, A)`` (Equation 5.1) holds and

@@ -2,7 +2,7 @@
 
 - ``check_capture``: every layer and edge of every scenario is captured by exactly one supergraph component,
   consistently with the supergraph's endpoints, and no supergraph layer captures two layers of one scenario
-  (thesis Section 5.7.1, seed lines 1274-1288).
+  (thesis Section 5.7.1, the scenarios supergraph, and its Table 5.1).
 - ``check_control``: the control node is consistent: each step φ^s_i sets exactly the control parameters of
   its layer, with the values that make the supergraph layer equal to l_i^s (Alg. 5, lines 24-39).
 - ``rebuild_scenario``: scenario s rebuilt from φ^s and its control-parameter values alone (plus each step's

@@ -1,4 +1,4 @@
-"""Inspection of a derived MoC: the capture table of thesis Table 5.1 (seed line 1278), control parameters and φ^s.
+"""Inspection of a derived MoC: the capture table of thesis Table 5.1 (Section 5.7.1), control parameters and φ^s.
 
 ``capture_table`` gives Table 5.1 as a JSON-ready dict; ``format_capture_table`` prints it for people (rows:
 scenarios, columns: supergraph layers then edges, each scenario as a "component" row and a "control par." row,

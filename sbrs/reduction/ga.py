@@ -159,7 +159,8 @@ def plan_reduction(scenarios: Scenarios, band_rows: Mapping[str, Mapping[str, in
     buffers of every scenario in one arena (``sbrs.memory.place`` over :func:`reduced_problem`). ``cuts[scenario]``
     partitions a scenario at those tensors (:class:`~sbrs.reduction.csdf.CsdfGraph`): each partition's line
     buffers live only while it runs, so the arena reuses them across partitions (lines 2-9). ``tiles[scenario]``:
-    ``(layers, band_rows)`` groups fired as one actor each (seed 002's tiling, :mod:`sbrs.reduction.tiles`).
+    ``(layers, band_rows)`` groups fired as one actor each (the receptive-field tiling of Zhuang et al. 2023,
+    :mod:`sbrs.reduction.tiles`).
     """
     given = _scenarios(scenarios)
     models = _folded(given)
@@ -198,8 +199,8 @@ class GaParams:
     the rows of one row-local producer 1:1 (BatchNormalization, activations, the Add of a residual) its
     producer's gene instead of its own (:func:`reduction_genes`). ``cuts`` adds one gene per tensor where a
     scenario may be partitioned (:func:`cut_genes`): 0 = no cut, 1 = cut. ``tiles`` adds one gene per
-    candidate tile group (:func:`tile_genes`, seed 002's strategy): 0 = its layers keep their own genes, else
-    the group's exit band. ``time_budget_s`` stops the search after the generation that passes it.
+    candidate tile group (:func:`tile_genes`, the strategy of Zhuang et al. 2023): 0 = its layers keep their own
+    genes, else the group's exit band. ``time_budget_s`` stops the search after the generation that passes it.
     """
 
     population: int = 24

@@ -8,9 +8,9 @@ schedule. Here the graph is simulated directly, one frame (one CSDF iteration), 
 
 (with the consumers of a *cut* tensor waiting until its producer has fired its last phase: the CNN's
 partitions, :class:`~sbrs.reduction.csdf.CsdfGraph`) so rows are produced only when no consumer further
-down can make progress: the depth-first / demand-driven
-order of Binas & Bengio (seed 003) and the order of thesis Table 4.1, Column 7 (Ex4: ``l_1(1-17), l_21,
-l_1(18-22), l_2(2-6), l_31, ...`` with a phase of ``l_1`` followed by a phase of ``l_2``). It is a
+down can make progress: the depth-first / demand-driven order of Binas & Bengio (incremental depth-first
+processing) and the order of thesis Table 4.1, Column 7 (Ex4: ``l_1(1-17), l_21, l_1(18-22), l_2(2-6), l_31,
+...`` with a phase of ``l_1`` followed by a phase of ``l_2``). It is a
 heuristic, not a proven minimum: on a chain it fires every consumer as soon as its rows exist, so a
 tensor holds its consumer's next window (plus the rows a last phase takes unused); on forks it lets a
 branch run ahead only as far as the rows already available allow. The firing is CSDF's: an actor

@@ -26,11 +26,13 @@ plan file
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sbrs.errors import InputError
+from sbrs.log import Progress as ProgressLines
 from sbrs.memory import buffers_reuse
 from sbrs.model.fold import fold_model
 from sbrs.reduction import AnalyticCostModel, CostModel, GaParams, ReductionResult, plan_reduction, reduce_buffers
@@ -43,6 +45,8 @@ if TYPE_CHECKING:
     from sbrs.model.cnn import CnnModel
 
 __all__ = ["CostSource", "load_reduction", "load_reduction_strategy", "reduce_app", "saved_reduction"]
+
+logger = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
 #: Where the search's cost model comes from, asked only when the search runs (not on Algorithm 9's early exit):
@@ -57,9 +61,11 @@ def reduce_app(app: App, plan: AppPlan, memory_limit: int, *, min_fps: Mapping[s
     """Algorithm 9 for ``app`` under ``memory_limit`` bytes; the ``"reduction"`` object of ``sbrs build --json``
     (without the executor's figures, which the compile stage adds: ``sbrs.compile.fit.executor_figures``).
 
-    ``cost``: the search's cost model (default: the analytic one). Raises ``InputError`` for unknown scenarios
-    in ``min_fps`` and when no configuration reaches the memory limit (the message names the smallest figure
-    reached). Failing fps constraints are listed in ``violations`` (the caller decides the exit status).
+    ``cost``: the search's cost model (default: the analytic one); ``progress(done, total)`` follows the
+    generations (default: ``reduction: N% (d/t generations)`` lines on this module's logger, ``sbrs.log``).
+    Raises ``InputError`` for unknown scenarios in ``min_fps`` and when no configuration reaches the memory
+    limit (the message names the smallest figure reached). Failing fps constraints are listed in
+    ``violations`` (the caller decides the exit status).
     """
     models = {s: fold_model(m) for s, m in app.models.items()}  # conv→BN→activation as one layer
     params = params or GaParams()
@@ -75,6 +81,8 @@ def reduce_app(app: App, plan: AppPlan, memory_limit: int, *, min_fps: Mapping[s
     if min_fps_ratio is not None:
         for scenario, model in models.items():
             min_fps.setdefault(scenario, min_fps_ratio * model_fps(model, full_bands(model), cost_model))
+    if progress is None:
+        progress = ProgressLines(logger, "reduction", unit="generations", after_s=0.0, always_end=True)
     result = reduce_buffers(models, memory_limit=None if early else memory_limit, min_fps=min_fps, cost=cost_model,
                             params=params, progress=None if early else progress)
     figures = _figures(models, result, cost_model)
@@ -163,26 +171,6 @@ def load_reduction_strategy(path: str | Path, app: App) -> dict[str, Any]:
     return {"cuts": {str(s): tuple(str(t) for t in c) for s, c in reduction.get("cuts", {}).items()},
             "tiles": {str(s): tuple((tuple(str(n) for n in g), int(b)) for g, b in t)
                       for s, t in reduction.get("tiles", {}).items()}}
-
-
-def progress_printer(stream: Any) -> Progress:
-    """A progress callback for the GA on ``stream`` (stderr): a bar on a terminal, else a percentage per line."""
-    tty = bool(getattr(stream, "isatty", lambda: False)())
-    state = {"last": -1}
-
-    def show(done: int, total: int) -> None:
-        percent = 100 * done // max(total, 1)
-        if tty:
-            filled = percent * 30 // 100
-            stream.write(f"\rreduction: [{'#' * filled}{'.' * (30 - filled)}] {done}/{total} generations")
-            if done >= total:
-                stream.write("\n")
-        elif percent != state["last"]:
-            stream.write(f"reduction: {percent}%\n")
-        state["last"] = percent
-        stream.flush()
-
-    return show
 
 
 def parse_min_fps(items: list[str] | None) -> dict[str, float]:

@@ -1,4 +1,5 @@
-"""Receptive-field tiling (seed 002, Zhuang et al. 2023): a group of layers runs as one firing per band.
+"""Receptive-field tiling (Zhuang et al. 2023, receptive-field-based input tiling): a group of layers runs as one
+firing per band.
 
 Line-by-line banding (thesis Chapter 4) keeps a line buffer for every tensor of a region, overlap rows
 included, and calls every layer once per band. Tiling runs a *group* of consecutive layers (e.g. an inverted

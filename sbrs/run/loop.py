@@ -4,7 +4,8 @@
 ``Runtime.process`` (pipelined: under SBRS-TP a switch overlaps the frame in flight and the next one);
 ``on_frame`` is called after every frame with a ``FrameRecord`` (the JSON-lines writer of ``sbrs run``), a
 switch may come at any time from another thread (``Runtime.switch``, the socket), and ``stop`` is an event
-anyone may set. SIGINT and SIGTERM set it (``stop_on_signals``): the frames in flight finish, then the loop
+anyone may set. SIGINT and SIGTERM set it (``sbrs run``, ``sbrs.cli.stop_on_signals``; the library itself never
+touches signal handlers): the frames in flight finish, then the loop
 returns its summary.
 
 ``run_app`` is ``sbrs run``: the runtime (its control node reports to ``observers``, the seam of the metrics
@@ -23,8 +24,8 @@ output by ``mean``/``min``/``max``; both carry the ``shape``. The first frame of
 
 from __future__ import annotations
 
-import contextlib
 import json
+import logging
 import signal
 import sys
 import threading
@@ -32,7 +33,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,6 +43,8 @@ from sbrs.runtime.events import Observers, RunObserver
 
 if TYPE_CHECKING:
     from sbrs.control.controller import PolicyController
+
+logger = logging.getLogger(__name__)
 
 TOP_K = 5
 MEASURE_EVERY_S = 1.0
@@ -209,25 +211,6 @@ class Measurements:
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-@contextlib.contextmanager
-def stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """While inside, SIGINT, SIGTERM and SIGHUP (the terminal went away) set ``stop`` instead of killing the
-    process (main thread only). A second signal during the shutdown only sets it again."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {sig: signal.signal(sig, request_stop) for sig in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 def json_lines_writer(stream: IO[str]) -> Callable[[FrameRecord], None]:
     """An ``on_frame`` callback writing one JSON line per frame to ``stream`` (flushed per line)."""
 
@@ -242,10 +225,12 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
             granularity: str | None = None, transition: str | None = None, on_switch: str | None = None,
             socket_path: str | None = None,
             listen: str | None = None, no_socket: bool = False, order: str = "completion",
-            observers: Iterable[RunObserver] = (), summary_path: str | None = None) -> int:
+            observers: Iterable[RunObserver] = (), summary_path: str | None = None,
+            stop: threading.Event | None = None) -> int:
     """``sbrs run``: load the app, serve the control socket, run frames (JSON lines to stdout or ``output``),
-    the summary to stderr (and as JSON to ``summary_path``). ``observers`` (``RunObserver``) get every run
-    event (metrics plug in here)."""
+    the summary logged (INFO; and as JSON to ``summary_path``). ``observers`` (``RunObserver``) get every run
+    event (metrics plug in here). ``stop``: set it to end the run after the frame in flight (``sbrs run`` sets
+    it on SIGINT, SIGTERM and SIGHUP, ``sbrs.cli.stop_on_signals``; the library never touches signal handlers)."""
     from sbrs.control.controller import PolicyController
     from sbrs.errors import InputError
     from sbrs.ort_env import release_free_memory
@@ -257,63 +242,60 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
     if no_socket and listen is not None:
         raise InputError("--listen serves the control protocol on TCP, --no-socket serves none: choose one",
                          field="--listen")
-    stop = threading.Event()
-    # Signals stop the run from here to the end: one during loading ends the run before its first frame, a
-    # second one during the shutdown changes nothing (the summary is still written, the socket removed).
-    with stop_on_signals(stop):
-        fan_out = Observers(observers)
-        # from the app's verified build (sbrs.artifact.read); the models are never parsed in this process
-        runtime, config, memory = open_runtime(app_path, granularity=granularity, transition=transition,
-                                               on_switch=on_switch, observers=fan_out)
-        try:
-            frame_source = open_frames(source, config.input, seed)
-        except BaseException:
-            runtime.close()
-            raise
-        release_free_memory()
-        controller = PolicyController(config, runtime.switch, current=runtime.scenario, switch_source=True)
-        measurements = Measurements(controller, memory)
-        server = None
-        if not no_socket:  # asyncio only when a socket is served
-            from sbrs.server import Server
-            from sbrs.server.protocol import ObservedRequestStats
+    stop = stop or threading.Event()
+    fan_out = Observers(observers)
+    # from the app's verified build (sbrs.artifact.read); the models are never parsed in this process
+    runtime, config, memory = open_runtime(app_path, granularity=granularity, transition=transition,
+                                           on_switch=on_switch, observers=fan_out)
+    try:
+        frame_source = open_frames(source, config.input, seed)
+    except BaseException:
+        runtime.close()
+        raise
+    release_free_memory()
+    controller = PolicyController(config, runtime.switch, current=runtime.scenario, switch_source=True)
+    measurements = Measurements(controller, memory)
+    server = None
+    if not no_socket:  # asyncio only when a socket is served
+        from sbrs.server import Server
+        from sbrs.server.protocol import ObservedRequestStats
 
-            server = Server(controller, socket_path, listen=listen, app_name=config.name,
-                            stats=ObservedRequestStats(fan_out))
-        try:
-            if summary_path:  # fail before the first frame, not after the last
-                open(summary_path, "w", encoding="utf-8").close()
-            stream = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
-        except OSError as exc:
-            runtime.close()
-            raise InputError(f"{exc.filename}: cannot write ({exc.strerror})",
-                             field="--summary" if exc.filename == summary_path else "--output") from None
-        writer = json_lines_writer(stream)
+        server = Server(controller, socket_path, listen=listen, app_name=config.name,
+                        stats=ObservedRequestStats(fan_out))
+    try:
+        if summary_path:  # fail before the first frame, not after the last
+            open(summary_path, "w", encoding="utf-8").close()
+        stream = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
+    except OSError as exc:
+        runtime.close()
+        raise InputError(f"{exc.filename}: cannot write ({exc.strerror})",
+                         field="--summary" if exc.filename == summary_path else "--output") from None
+    writer = json_lines_writer(stream)
 
-        def on_frame(record: FrameRecord) -> None:
-            writer(record)
-            measurements.frame(record)
+    def on_frame(record: FrameRecord) -> None:
+        writer(record)
+        measurements.frame(record)
 
-        try:
-            with runtime:
+    try:
+        with runtime:
+            if server is not None:
+                server.start()
+                logger.info("sbrs run: control socket %s", server.socket_path)
+                if server.tcp_address is not None:
+                    host, port = server.tcp_address
+                    logger.info("sbrs run: control protocol on tcp %s:%s", host, port)
+            try:
+                summary = run_frames(runtime, frame_source, limit=frames, on_frame=on_frame, stop=stop,
+                                     order=order)
+            finally:
+                runtime.node.shutdown()
                 if server is not None:
-                    server.start()
-                    sys.stderr.write(f"sbrs run: control socket {server.socket_path}\n")
-                    if server.tcp_address is not None:
-                        host, port = server.tcp_address
-                        sys.stderr.write(f"sbrs run: control protocol on tcp {host}:{port}\n")
-                try:
-                    summary = run_frames(runtime, frame_source, limit=frames, on_frame=on_frame, stop=stop,
-                                         order=order)
-                finally:
-                    runtime.node.shutdown()
-                    if server is not None:
-                        server.stop()
-        finally:
-            if stream is not sys.stdout:
-                stream.close()
-        sys.stderr.write(summary.to_text() + "\n")
-        if summary_path:
-            with open(summary_path, "w", encoding="utf-8") as summary_stream:
-                summary_stream.write(json.dumps(summary.to_dict(), allow_nan=False) + "\n")
+                    server.stop()
+    finally:
+        if stream is not sys.stdout:
+            stream.close()
+    logger.info("%s", summary.to_text())
+    if summary_path:
+        with open(summary_path, "w", encoding="utf-8") as summary_stream:
+            summary_stream.write(json.dumps(summary.to_dict(), allow_nan=False) + "\n")
     return 0

@@ -8,8 +8,8 @@ runtime by parts.
 
 from __future__ import annotations
 
+import logging
 import os
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from sbrs.model.cnn import CnnModel
     from sbrs.runtime.engine import Program, Runtime
     from sbrs.runtime.events import RunObserver
+
+
+logger = logging.getLogger(__name__)
 
 
 def runtime_for(app: App | str | os.PathLike[str], *, use_build: bool = True, **options: Any) -> Runtime:
@@ -220,31 +223,31 @@ def _tables(parts: PartsPlan) -> TransitionPlan:
 
 def open_runtime(app_path: str | Path, *, granularity: str | None = None, transition: str | None = None,
                  on_switch: str | None = None, observers: Iterable[RunObserver] = (), rebuild: bool = False,
-                 say: Any = None, **options: Any) -> tuple[Runtime, AppConfig, Mapping[str, float]]:
+                 **options: Any) -> tuple[Runtime, AppConfig, Mapping[str, float]]:
     """What ``sbrs run`` runs: the runtime of the app's current build, its config and per-scenario memory (MB).
 
-    No build yet (or ``rebuild``): build one first (in a child process) and say so through ``say``. Runtime
-    options other than those the build was compiled for: compile in memory from the app, as before builds.
+    No build yet (or ``rebuild``): build one first (in a child process), which is logged. Runtime options other
+    than those the build was compiled for: compile in memory from the app, as before builds (logged too).
     ``options``: the other options of ``Runtime`` (``transition_arena``, ``transition_schedule``).
     """
     from sbrs.artifact.read import ensure_build, load_build
     from sbrs.runtime.engine import Runtime
 
-    say = say or (lambda text: sys.stderr.write(text + "\n"))
-    folder = ensure_build(app_path, rebuild=rebuild, say=say)
+    folder = ensure_build(app_path, rebuild=rebuild)
     build = load_build(app_path, folder)
     if build.optimized_for is not None and not build.optimized_here:
-        say(f"sbrs run: the build's ONNX Runtime-optimised models were made on another machine or onnxruntime "
-            f"({build.optimized_for}); loading its portable models instead (a slower start; `sbrs build "
-            f"{app_path}` here makes them for this machine)")
+        logger.info("sbrs run: the build's ONNX Runtime-optimised models were made on another machine or "
+                    "onnxruntime (%s); loading its portable models instead (a slower start; `sbrs build %s` here "
+                    "makes them for this machine)", build.optimized_for, app_path)
     if _build_fits(build, {"granularity": granularity, "transition": transition, **options}):
         if build.parts is not None and granularity is not None:
-            say(f"sbrs run: the app runs by parts under its memory limit; --granularity {granularity} does not apply")
+            logger.info("sbrs run: the app runs by parts under its memory limit; --granularity %s does not apply",
+                        granularity)
         runtime = runtime_of_build(build, granularity=granularity, transition=transition, on_switch=on_switch,
                                    observers=observers, **options)
         return runtime, build.config, build.scenario_memory_mb
-    say(f"sbrs run: the build is for granularity {build.granularity}, transition {build.transition}; "
-        f"compiling the requested options in memory")
+    logger.info("sbrs run: the build is for granularity %s, transition %s; compiling the requested options in "
+                "memory", build.granularity, build.transition)
     from sbrs.app import load_app
     from sbrs.artifact.write import scenario_memory_mb
 

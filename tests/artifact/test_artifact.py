@@ -4,6 +4,7 @@ the lean run path (no onnx, pydantic, zoo or reduction search in the process tha
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -215,21 +216,26 @@ def test_runtime_for_uses_a_current_build_and_falls_back_to_the_models(tiny: Pat
         assert other_options.node.mode == "naive"
 
 
-def test_run_says_when_the_optimised_files_are_for_another_machine(tiny: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    said: list[str] = []
-    runtime, _, _ = open_runtime(tiny, say=said.append)
+def said(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What the sbrs loggers said (INFO and above) since the last ``caplog.clear()``."""
+    return [record.getMessage() for record in caplog.records if record.name.startswith("sbrs")]
+
+
+def test_run_says_when_the_optimised_files_are_for_another_machine(tiny: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="sbrs")
+    runtime, _, _ = open_runtime(tiny)
     runtime.close()
-    assert said == []
+    assert said(caplog) == []
     monkeypatch.setattr("sbrs.ort_env.machine_key", lambda providers: "another machine")
-    runtime, _, _ = open_runtime(tiny, say=said.append)
+    runtime, _, _ = open_runtime(tiny)
     runtime.close()
-    assert len(said) == 1 and "another machine" in said[0] and "sbrs build" in said[0]
+    assert len(said(caplog)) == 1 and "another machine" in said(caplog)[0] and "sbrs build" in said(caplog)[0]
 
 
 @pytest.mark.parametrize("failure", ["save", "flags"])
 def test_a_build_without_optimised_files_says_why_and_runs_the_portable_ones(
-        failure: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        failure: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """When ONNX Runtime cannot save an optimised form, or the CPU's flags cannot be read, the build keeps none
     (not some), says why in its manifest, and runs from its portable unit files."""
     if failure == "save":
@@ -247,9 +253,10 @@ def test_a_build_without_optimised_files_says_why_and_runs_the_portable_ones(
     folder = build_dir(app_path)
     assert manifest["optimized_for"] is None and not list(folder.glob(f"*{OPTIMIZED_SUFFIX}*"))
     assert ("cannot serialise this node" if failure == "save" else "CPU flags") in manifest["not_optimized"]
-    said: list[str] = []
-    runtime, _, _ = open_runtime(app_path, say=said.append)
+    caplog.set_level(logging.INFO, logger="sbrs")
+    caplog.clear()
+    runtime, _, _ = open_runtime(app_path)
     with runtime:
-        assert said == [] and not any(s._model_path.endswith(OPTIMIZED_SUFFIX) for s in runtime._sessions.values())
+        assert said(caplog) == [] and not any(s._model_path.endswith(OPTIMIZED_SUFFIX) for s in runtime._sessions.values())
         frame = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
         assert runtime.infer(frame)["output"].shape == (1, 10)

@@ -217,7 +217,7 @@ def test_partitions_and_a_streamed_input_keep_outputs_and_lower_the_arena(name: 
 @pytest.mark.parametrize("name", ["mobilenet_v2", "resnet18", "efficientnet_b0"])
 @pytest.mark.parametrize("band", [1, 3])
 def test_tiled_groups_recompute_halos_and_equal_unreduced(name: str, band: int) -> None:
-    """Seed 002's tiling: every candidate group runs as one call per band (members with their own band
+    """The receptive-field tiling of Zhuang et al. 2023: every candidate group runs as one call per band (members with their own band
     pads, a Slice where a member reads fewer rows than the call holds); outputs equal ORT's, internal
     tensors get no line buffer, and the plan counts them as transients of each firing."""
     model = fold_model(zoo_model(name))

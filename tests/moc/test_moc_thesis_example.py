@@ -1,6 +1,6 @@
 """The thesis' own example: scenarios CNN^1, CNN^2 of Figure 5.3, the MoC of Figure 5.4 and Table 5.1.
 
-Encoded from the text (seed lines 1278-1310): CNN^1 = l1^1 → l2^1 → l3^1 → l4^1 → l5^1 and CNN^2 = l1^2 → ... →
+Encoded from the text of thesis Sections 5.6-5.7.1: CNN^1 = l1^1 → l2^1 → l3^1 → l4^1 → l5^1 and CNN^2 = l1^2 → ... →
 l6^2, both chains. l2^1 and l2^2 are equal (same weights); l3^2 exists only in CNN^2 (here a 1x1 convolution);
 l3^1 and l4^2 have the same operator, stride and kernel but different weights ({W_3^1, B_3^1} vs
 {W_4^2, B_4^2}); the two last layers are equal. Data layers l1 (input) and the last layer (output) are layers
