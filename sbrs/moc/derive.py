@@ -43,7 +43,7 @@ What the listing leaves open, decided here (and tested in ``tests/moc``):
 - Ids are given after capture, in a topological order of the supergraph (Kahn's algorithm, ties and cycles
   broken by creation order): layers ``l1``.., edges ``e1``.. by (source, destination, output position),
   control parameters ``p1``.. by layer and then par, I, O. On the thesis example this reproduces Table 5.1's
-  numbering exactly (see ``tests/moc/test_thesis_example.py``).
+  numbering exactly (see ``tests/moc/test_moc_thesis_example.py``).
 - Data layers (ops ``Input`` and ``Output``) are layers like any other, as in the thesis' figures.
 """
 

@@ -1,4 +1,5 @@
-"""Buffer reduction by processing data by parts: the design-time half (thesis Chapter 4 and Section 6.5.2).
+"""Stage 4 of the data flow: the buffer-reduction search, processing data by parts at design time (thesis
+Chapter 4 and Section 6.5.2). It searches; it runs nothing (``sbrs.compile`` compiles the choice).
 
 Pipeline (each stage a frozen, JSON-ready value):
 

@@ -151,7 +151,7 @@ def saved_reduction(app: App) -> Mapping[str, Any] | None:
 
 def load_reduction(path: str | Path, app: App) -> dict[str, dict[str, int]]:
     """The band heights chosen by ``sbrs build --memory-limit`` for ``app``, from its saved plan at ``path``
-    (``sbrs.plan.load_plan`` refuses a stale or modified plan)."""
+    (``sbrs.memory.load_plan`` refuses a stale or modified plan)."""
     from sbrs.memory import load_plan
 
     reduction = load_plan(path, app).reduction

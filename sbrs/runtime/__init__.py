@@ -3,7 +3,8 @@
     >>> rt = runtime_for("apps/tiny.yaml")           # doctest: +SKIP
     >>> outputs = rt.infer(frame); rt.switch("skip")  # doctest: +SKIP
 
-``engine``: ``Runtime`` (execution units or processing by parts), ``device`` (arena memory, bound calls),
+``engine``: ``Runtime`` (execution units or processing by parts), ``binding`` (plans bound to the arena),
+``switching`` (SBRS-TP, new-first, cancel), ``reports`` (facts, memory), ``device`` (arena memory, bound calls),
 ``control_node`` (the SBRS control node), ``events`` (what a run reports), ``open`` (``runtime_for``, the
 runtime of a build, what ``sbrs run`` opens). The ``sbrs run`` loop and its frame sources are an interface
 (``sbrs.run``); building is ``sbrs.artifact``'s.

@@ -10,7 +10,7 @@ against (``Runtime.bound_accesses``, ``sbrs.compile.transitions.check_schedule``
 
 Frame input and output: copying the frame in belongs to step 1 (it writes the input slot), copying the outputs
 out to the last step (it reads them). On the CPU provider both are numpy copies into and out of arena views;
-on a GPU provider small copy sessions do it (``sbrs.runtime.device.DeviceCopy``; units only).
+on a GPU provider small copy sessions do it (``sbrs.runtime.device.device_copy``; units only).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ under way through ``RunOptions.terminate``, or the loop stops between steps) and
 its start on the new scenario. No frame is lost or run twice, every output equals ONNX Runtime running the
 scenario that delivered it, the cancellation is reported (the record's ``cancelled_steps``, observers'
 ``frame_cancelled``), and requests that switch nothing cancel nothing. The races are in
-test_switching_stress.py (its ``cancel`` configuration); by parts in tests/runtime/execute/test_reduced.py.
+test_switching_stress.py (its ``cancel`` configuration); by parts in tests/runtime/test_parts.py.
 """
 
 from __future__ import annotations
