@@ -69,7 +69,8 @@ def app_row(app: str, frames: int, repeats: int) -> dict[str, object]:
     models = [config.scenario(name).model_path for name in order]
     threads = config.runtime.threads or os.cpu_count() or 1
     shape, dtype = list(config.input.shape), config.input.dtype
-    ort = {"providers": ["CPUExecutionProvider"], "threads": threads, "shape": shape, "dtype": dtype, "frames": frames}
+    ort = {"providers": ["CPUExecutionProvider"], "threads": threads, "shape": shape, "dtype": dtype, "frames": frames,
+           "random": True}
     sides = {  # the children are sbrs.bench.probe's modes: sbrs run itself, a plain ORT user, a bare interpreter
         "sbrs": probe_command("run", path, str(frames)),
         "ort_all": probe_command("ort", json.dumps({"models": models, **ort})),

@@ -6,8 +6,9 @@ module imports the standard library alone at its top; each mode imports what the
 
 - ``bare``: numpy and onnxruntime, nothing else (the baseline every figure is taken above);
 - ``ort JSON``: a plain ONNX Runtime user: sessions of the given models on the global thread pool (the setting
-  sbrs uses too), ``warmup`` frames on each, then ``frames`` frames on the first with one JSON line each, and,
-  with ``trim``, freed memory handed back (``malloc_trim``, as sbrs does);
+  sbrs uses too), ``warmup`` frames on each, then ``frames`` frames on the first with one JSON line each (a
+  zero frame, or with ``random`` a seeded random one), and, with ``trim``, freed memory handed back
+  (``malloc_trim``, as sbrs does);
 - ``sbrs JSON``: the app's verified build loaded as ``sbrs run`` loads it (``sbrs.artifact.read``,
   ``sbrs.runtime.open``; nothing of the benchmark, whose imports would count against sbrs), every scenario run
   ``warmup`` frames, freed memory handed back;
@@ -86,7 +87,8 @@ def _ort(args: dict[str, Any]) -> None:
         options.use_per_session_threads = False
         options.log_severity_level = 3
         sessions = [ort.InferenceSession(path, options, providers=args["providers"]) for path in args["models"]]
-        frame = np.random.default_rng(0).standard_normal(args["shape"]).astype(args["dtype"])
+        frame = (np.random.default_rng(0).standard_normal(args["shape"]).astype(args["dtype"]) if args.get("random")
+                 else np.zeros(args["shape"], args["dtype"]))
         for session in sessions:
             for _ in range(args.get("warmup", 0)):
                 session.run(None, {session.get_inputs()[0].name: frame})
