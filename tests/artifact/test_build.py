@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -125,3 +126,18 @@ def test_runtime_for_an_app_never_searches(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"sbrs build .*limited\.yaml") as refused:
         runtime_for(load_app(app_path))
     assert refused.value.field == "memory_limit_mb"
+
+
+def test_a_childs_log_records_come_back_as_they_are(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The child logs at the level the parent's sbrs logger has, and its records are logged again here under
+    their own logger names (DEBUG: each model's import, the arena chart)."""
+    app_path = copy_app(tmp_path, REPO / "apps" / "tiny.yaml")
+    caplog.set_level(logging.DEBUG, logger="sbrs")
+    build_in_child(app_path)
+    records = [(record.name, record.levelno, record.getMessage()) for record in caplog.records]
+    assert ("sbrs.app.app", logging.DEBUG) in {(name, level) for name, level, _ in records}
+    assert any(name == "sbrs.artifact.build" and "arena of app 'tiny'" in text for name, _, text in records)
+    caplog.clear()
+    caplog.set_level(logging.WARNING, logger="sbrs")
+    build_in_child(app_path)
+    assert [record for record in caplog.records if record.name.startswith("sbrs")] == []
