@@ -124,7 +124,6 @@ def _save_optimized_models(app: App, staging: Path) -> tuple[str | None, str | N
         machine_key,
         resolve_providers,
         save_optimized,
-        use_global_thread_pool,
     )
 
     providers = resolve_providers(tuple(app.config.runtime.providers), where=app.config.path)
@@ -133,7 +132,6 @@ def _save_optimized_models(app: App, staging: Path) -> tuple[str | None, str | N
     key = machine_key(providers)
     if key is None:
         return None, "this machine's CPU flags cannot be read (/proc/cpuinfo)"
-    use_global_thread_pool(app.config.runtime.threads)
     sources = sorted(staging.glob("*.onnx"))
     try:
         made = []

@@ -48,7 +48,7 @@ import numpy as np
 import onnxruntime as ort
 
 from sbrs.errors import InputError, SbrsRuntimeError
-from sbrs.ort_env import ThreadPool, create_session, release_free_memory, resolve_providers, use_global_thread_pool
+from sbrs.ort_env import Threads, create_session, release_free_memory, resolve_providers, use_threads
 from sbrs.runtime.events import Observers, RunObserver
 from sbrs.runtime.execute.device import ArenaMemory, copy_model, device_of, iobinding_runner
 from sbrs.runtime.switch.control_node import ControlNode, SwitchRecord, SwitchRequest
@@ -173,6 +173,7 @@ class Runtime:
         for unit in self.plan.units:
             if build is not None:  # ONNX Runtime reads the unit file and the shared weights file itself
                 self._sessions[unit.id] = create_session(build.unit_path(unit.id), self.providers,
+                                                         threads=self.thread_pool.count, scope=self.thread_pool.scope,
                                                          optimized=build.optimized_here)
                 # ONNX Runtime frees its load-time copies (weights read, then prepacked) when the session is
                 # ready; handing them back before the next unit loads keeps the process's peak near one unit's
@@ -183,7 +184,8 @@ class Runtime:
 
                 assert app is not None
                 self._sessions[unit.id] = create_session(unit_model(app.models, moc, unit, specs, app.name),
-                                                         self.providers)
+                                                         self.providers, threads=self.thread_pool.count,
+                                                         scope=self.thread_pool.scope)
         self._arena = ArenaMemory(self.plan.arena_bytes, self.device, self.plan.alignment)
         self._calls = {
             scenario: tuple(self._bound_call(scenario, unit_id, step) for step, unit_id in enumerate(calls, 1))
@@ -215,7 +217,7 @@ class Runtime:
                                 interrupt=self._interrupt if self.on_switch == "cancel" else None)
         self.providers = resolve_providers(tuple(config.runtime.providers), where=config.path)
         self.device = device_of(self.providers)
-        self.thread_pool: ThreadPool = use_global_thread_pool(config.runtime.threads)
+        self.thread_pool: Threads = use_threads(config.runtime.threads, config.runtime.threads_scope)
         self.memory_limit_bytes: int | None = (None if config.memory_limit_mb is None
                                                else int(config.memory_limit_mb * 1e6))
         self.input_specs = {config.input.name: (tuple(config.input.shape), np.dtype(config.input.dtype))}
@@ -327,7 +329,7 @@ class Runtime:
     def _device_copy(self, tensor_id: str, *, to_device: bool) -> Callable[..., Any]:
         """GPU arena only (untested here): an Identity session copying between a host buffer and a slot."""
         pointer, shape, dtype = self._slot(tensor_id)
-        session = create_session(copy_model(shape, dtype.name), self.providers)
+        session = create_session(copy_model(shape, dtype.name), self.providers, scope=self.thread_pool.scope)
         self._sessions[f"copy:{tensor_id}:{'in' if to_device else 'out'}"] = session
         host = np.zeros(shape, dtype)
         binding = session.io_binding()

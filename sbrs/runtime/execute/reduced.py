@@ -92,7 +92,9 @@ class ReducedRuntime(Runtime):
             self.memory_limit_bytes = limit
         self._arena = ArenaMemory(plan.arena_bytes, self.device, plan.alignment)
         for key in plan.call_keys:
-            self._sessions[key] = create_session(sessions[key], self.providers, optimized=optimized)
+            # one intra-op thread: a band call is too small for a pool's fork/join per node (sbrs.ort_env)
+            self._sessions[key] = create_session(sessions[key], self.providers, threads=1,
+                                                 scope=self.thread_pool.scope, optimized=optimized)
         for parts in plan.scenarios.values():
             self._bind_scenario(parts)
         self._new_calls, self._new_copy_in, self._new_copy_out = self._calls, self._copy_in, self._copy_out
