@@ -16,9 +16,9 @@ from pathlib import Path
 
 from sbrs import zoo
 from sbrs.app import load_app
+from sbrs.memory.app_plan import plan_scenarios
 from sbrs.moc import derive_moc
 from sbrs.model import CnnModel, import_model
-from sbrs.plan.plan import plan_scenarios
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -25,9 +25,9 @@ from sbrs.runtime import runtime_for
 
 
 def check_model(path: Path, frames: int, repeats: int) -> dict[str, Any]:
+    from sbrs.bench.bench import bench_app
     from sbrs.errors import SbrsError
     from sbrs.ort_env import create_session
-    from sbrs.runtime.measure.bench import bench_app
 
     source = onnx.load(str(path), load_external_data=False)
     parameters = {t.name for t in source.graph.initializer}

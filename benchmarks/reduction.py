@@ -19,7 +19,7 @@ with conv→BN→activation folded into one layer (``sbrs.model.fold``, what ONN
 
 Planned memory is the model's (Eq. 2.5: unique parameters + the reduced arena of Algorithm 10, which counts
 every tensor of the folded model, including those that exist only inside one ONNX Runtime call); ``exec
-arena`` is the arena the runtime by parts (:class:`~sbrs.runtime.execute.reduced.ReducedRuntime`) allocates
+arena`` is the arena the runtime by parts (:class:`~sbrs.runtime.reduced.ReducedRuntime`) allocates
 (tensors between its calls).
 Measured memory is the resident set of a fresh process running the configuration, above the same process
 after it imported everything and built the models (so ONNX Runtime's sessions, its copies of the weights and
@@ -27,7 +27,7 @@ its own buffers count, the Python model does not), median of ``--rss-runs``. Thr
 ``ReducedRuntime.from_models`` as a ratio to the unreduced model run as one ONNX Runtime session in the same
 process (the same runtime, one call a frame):
 blocks of frames interleaved, medians. Costs for the GA are measured once per machine and cached
-(``sbrs.runtime.measure.parts_cost``).
+(``sbrs.compile.costs``).
 
     python benchmarks/reduction.py [--json] [--only mobilenet_v2,multi-cnn] [--rounds 5] [--frames 5]
 """
@@ -45,14 +45,14 @@ from typing import Any
 import numpy as np
 
 from sbrs import zoo
+from sbrs.compile.costs import cached_costs
+from sbrs.compile.parts import executable_bands
 from sbrs.model import CnnModel, import_model, naive_buffer_bytes, params_bytes
 from sbrs.model.fold import fold_model
 from sbrs.reduction import GaParams, plan_reduction, reduce_buffers
 from sbrs.reduction.cost import model_fps
 from sbrs.reduction.phases import full_bands
-from sbrs.runtime.compile.parts import executable_bands
-from sbrs.runtime.execute.reduced import ReducedRuntime
-from sbrs.runtime.measure.parts_cost import cached_costs
+from sbrs.runtime.reduced import ReducedRuntime
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = {
@@ -122,8 +122,8 @@ import json, sys
 import numpy as np
 sys.path.insert(0, {repo!r})
 from benchmarks.reduction import models_of, frames_of
-from sbrs.runtime.measure.bench import resident_bytes
-from sbrs.runtime.execute.reduced import ReducedRuntime
+from sbrs.bench.bench import resident_bytes
+from sbrs.runtime.reduced import ReducedRuntime
 config = json.loads({config!r})
 models = models_of(config["case"])
 inputs = frames_of(models)

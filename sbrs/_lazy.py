@@ -2,7 +2,7 @@
 
 A package's ``__init__`` that imports all of its modules makes every import of one of them pay for all: the
 run path of a compiled build (``sbrs run``) would load the planners, pydantic and YAML just because it reads a
-dataclass from ``sbrs.runtime.compile.units``. Packages therefore name their exports here and Python's module
+dataclass from ``sbrs.compile.units``. Packages therefore name their exports here and Python's module
 ``__getattr__`` (PEP 562) imports the defining module when an export is first read.
 """
 

@@ -67,7 +67,7 @@ ADAPTIVE_SETS = (("I", "O", "par"), ("I", "O"))
 
 
 def _memory_table(app: Any, plans: dict[tuple[str, ...], Any]) -> str:
-    from sbrs.plan import naive_total_bytes
+    from sbrs.memory import naive_total_bytes
 
     naive_total = naive_total_bytes(app)
     lines = [
@@ -89,15 +89,15 @@ def _memory_table(app: Any, plans: dict[tuple[str, ...], Any]) -> str:
 
 
 def build_dir_of(app: Any) -> Path:
-    from sbrs.build.artifact import build_dir
+    from sbrs.artifact.read import build_dir
 
     return build_dir(app.config.path)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
     from sbrs.app import load_app
-    from sbrs.plan import build_plan, default_plan_path, save_plan
-    from sbrs.plan.plan import with_adaptive
+    from sbrs.memory import build_plan, default_plan_path, save_plan
+    from sbrs.memory.app_plan import with_adaptive
 
     app = load_app(args.app)
     plan = build_plan(app)
@@ -106,9 +106,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     report = {**plan.report(), "plan_path": str(plan_path), "tensors_in_arena": "all",
               "memory_limit_bytes": None if limit_mb is None else int(limit_mb * 1e6)}
     reduction = None
-    if limit_mb is not None:  # thesis Algorithm 9 (sbrs.build.reduce): early exit, else the GA
-        from sbrs.build.reduce import parse_min_fps, progress_printer, reduce_app
+    if limit_mb is not None:  # thesis Algorithm 9 (sbrs.reduction.search): early exit, else the GA
         from sbrs.reduction import GaParams
+        from sbrs.reduction.search import parse_min_fps, progress_printer, reduce_app
 
         if limit_mb <= 0:
             raise InputError(f"memory limit must be > 0 MB, got {limit_mb:g}", field="memory_limit_mb")
@@ -122,7 +122,7 @@ def cmd_build(args: argparse.Namespace) -> int:
                       arena_bytes=figures["arena_bytes"], reuse_bytes=figures["reuse_bytes"],
                       lower_bound_bytes=figures["lower_bound_bytes"], reduction=reduction)
     save_plan(plan, plan_path)
-    from sbrs.build.compile import compile_app
+    from sbrs.artifact.write import compile_app
 
     manifest = compile_app(app, reduction=reduction)
     reduced = manifest["reduced"]
@@ -164,7 +164,7 @@ def cmd_build(args: argparse.Namespace) -> int:
                  else ", and ONNX Runtime's optimised form of each for this machine")
               + " (figures above are planned from the models; `sbrs bench` measures process memory)")
         if reduction is not None:
-            from sbrs.build.reduce import format_reduction
+            from sbrs.reduction.search import format_reduction
 
             print(format_reduction(reduction))
             print(f"the chosen band heights are saved in the plan ({plan_path})")
@@ -185,7 +185,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from sbrs.build.artifact import config_from_dict, ensure_build, read_manifest
+    from sbrs.artifact.read import config_from_dict, ensure_build, read_manifest
     from sbrs.run.loop import run_app
 
     folder = ensure_build(args.app, rebuild=args.rebuild)
@@ -221,7 +221,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from sbrs.runtime.measure.bench import bench_app, format_report, format_switching, measure_switching
+    from sbrs.bench.bench import bench_app, format_report, format_switching, measure_switching
 
     if args.switching:
         report = measure_switching(args.app, repeats=args.repeats or 10, granularity=args.granularity,

@@ -76,16 +76,16 @@ def ort_session(model: onnx.ModelProto | str | Path) -> ort.InferenceSession:
     return ort.InferenceSession(source, providers=["CPUExecutionProvider"])
 
 
-#: Modules the run of a build never needs (sbrs.build.artifact's docstring).
+#: Modules the run of a build never needs (sbrs.artifact.read's docstring).
 FORBIDDEN = ("onnx", "pydantic", "sbrs.zoo", "sbrs.reduction", "deap", "sbrs.model.onnx_import",
              # compile-time stages and file parsing: a build carries their results
-             "yaml", "sbrs.moc.derive", "sbrs.memory.arena", "sbrs.plan.plan", "sbrs.runtime.compile.layout",
-             "sbrs.runtime.compile.parts", "sbrs.runtime.compile.plan", "sbrs.build.reduce",
+             "yaml", "sbrs.moc.derive", "sbrs.memory.arena", "sbrs.memory.app_plan", "sbrs.compile.layout",
+             "sbrs.compile.parts", "sbrs.compile.unit_plan", "sbrs.reduction.search",
              # the control socket's event loop, with --no-socket
              "asyncio", "socket", "concurrent.futures", "shutil", "sbrs.server.server")
 #: ... and what a build of execution units does not need either: the model stage's types, the runtime by parts,
 #: the parsers of the other commands (``sbrs.cli.build_parser``).
-FORBIDDEN_FOR_UNITS = (*FORBIDDEN, "sbrs.model", "sbrs.runtime.execute.reduced", "sbrs.runtime.compile.band_calls",
+FORBIDDEN_FOR_UNITS = (*FORBIDDEN, "sbrs.model", "sbrs.runtime.reduced", "sbrs.compile.parts_plan",
                        "sbrs.server.client")
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sbrs.cache import cached_file, content_key
 from sbrs.errors import InputError
 
-if TYPE_CHECKING:  # YAML and pydantic read and validate a file; a compiled build (sbrs.build.artifact) needs neither
+if TYPE_CHECKING:  # YAML and pydantic read and validate a file; a compiled build (sbrs.artifact.read) needs neither
     from pydantic import BaseModel
 
     from sbrs.app.schema import AppEntry, MetricsEntry, PolicyEntry, Requirements, ScenarioEntry
@@ -63,11 +63,11 @@ class ScenarioConfig:
 @dataclass(frozen=True)
 class RuntimeOptions:
     """``runtime:`` of the app. ``share_min_mb``: the least weight memory a run of steps must hold to be shared
-    by scenarios as one execution unit (``sbrs.runtime.compile.units``); smaller runs are compiled into each scenario's
+    by scenarios as one execution unit (``sbrs.compile.units``); smaller runs are compiled into each scenario's
     own units. ``switch_steps``: under SBRS-TP, how many steps of similar work a frame is cut into at most, so
     a switch waits for about 1/switch_steps of the old frame. ``on_switch``: what a switch does to the frame in
     flight, ``finish`` it on the old scenario or ``cancel`` it and run it again on the new one
-    (``sbrs.runtime.execute.executor.Runtime``). ``threads``: intra-op threads of a session running a whole unit
+    (``sbrs.runtime.engine.Runtime``). ``threads``: intra-op threads of a session running a whole unit
     (default: every core); ``threads_scope``: ``session`` (each session its own threads, nothing process-wide) or
     ``process`` (ONNX Runtime's global pool, refusing the application's own sessions; ``sbrs.ort_env``)."""
 

@@ -4,6 +4,9 @@ Model-independent: a :class:`Problem` is a list of blocks (tensors) with sizes a
 timelines (scenario or partition schedules) plus the pipeline-parallel sets ``J``. Planners:
 :func:`buffers_reuse` (Algorithm 8, shared buffers) and :func:`plan_arena` (offsets in one arena);
 :func:`lower_bound` proves how low any plan can go; :func:`check_plan` / :func:`check_reuse` prove a plan safe.
+
+The app's own memory plan (the MoC's tensors in one arena, with the thesis' figures, saved as
+``APP.plan.json``) is :mod:`~sbrs.memory.app_plan`, over the problem :mod:`~sbrs.memory.tensors` derives.
 """
 
 from typing import TYPE_CHECKING
@@ -11,6 +14,17 @@ from typing import TYPE_CHECKING
 from sbrs._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from sbrs.memory.app_plan import (
+        AppPlan,
+        MemoryReport,
+        app_fingerprint,
+        build_plan,
+        default_plan_path,
+        load_plan,
+        naive_total_bytes,
+        plan_scenarios,
+        save_plan,
+    )
     from sbrs.memory.arena import FITS, ORDERINGS, ArenaPlan, exact_arena, greedy_arena, plan_arena, reuse_layout
     from sbrs.memory.bounds import lower_bound, naive_bytes, peak_by_timeline
     from sbrs.memory.check import Violation, check_plan, check_reuse
@@ -26,13 +40,16 @@ if TYPE_CHECKING:
     )
     from sbrs.memory.report import MemorySummary, summarize
     from sbrs.memory.reuse import ReusePlan, SharedBuffer, buffers_reuse
+    from sbrs.memory.tensors import memory_problem, scenario_schedule, tensor_id
 
 __all__ = [
     "FITS",
     "ORDERINGS",
+    "AppPlan",
     "ArenaPlan",
     "Block",
     "Live",
+    "MemoryReport",
     "MemorySummary",
     "Problem",
     "ProblemError",
@@ -40,23 +57,45 @@ __all__ = [
     "SharedBuffer",
     "Violation",
     "align_up",
+    "app_fingerprint",
     "buffers_reuse",
+    "build_plan",
     "check_plan",
     "check_reuse",
+    "default_plan_path",
     "exact_arena",
     "greedy_arena",
     "lifetimes_from_schedule",
     "lives_conflict",
+    "load_plan",
     "lower_bound",
+    "memory_problem",
     "merge_blocks",
     "naive_bytes",
+    "naive_total_bytes",
     "peak_by_timeline",
     "plan_arena",
+    "plan_scenarios",
     "reuse_layout",
+    "save_plan",
+    "scenario_schedule",
     "summarize",
+    "tensor_id",
 ]
 
 __getattr__, __dir__ = lazy_exports(globals(), {
+    "AppPlan": "sbrs.memory.app_plan",
+    "MemoryReport": "sbrs.memory.app_plan",
+    "app_fingerprint": "sbrs.memory.app_plan",
+    "build_plan": "sbrs.memory.app_plan",
+    "default_plan_path": "sbrs.memory.app_plan",
+    "load_plan": "sbrs.memory.app_plan",
+    "naive_total_bytes": "sbrs.memory.app_plan",
+    "plan_scenarios": "sbrs.memory.app_plan",
+    "save_plan": "sbrs.memory.app_plan",
+    "memory_problem": "sbrs.memory.tensors",
+    "scenario_schedule": "sbrs.memory.tensors",
+    "tensor_id": "sbrs.memory.tensors",
     "FITS": "sbrs.memory.arena",
     "ORDERINGS": "sbrs.memory.arena",
     "ArenaPlan": "sbrs.memory.arena",

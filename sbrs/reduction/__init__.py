@@ -13,7 +13,7 @@ Pipeline (each stage a frozen, JSON-ready value):
 - :mod:`~sbrs.reduction.cost`: the throughput estimate (:class:`CostModel`);
 - :mod:`~sbrs.reduction.ga`: Algorithm 10 (:func:`plan_reduction`) and Algorithm 9 (:func:`reduce_buffers`).
 
-What an executor does with a :class:`ReductionPlan` (implemented in :mod:`sbrs.runtime.compile.parts`, which
+What an executor does with a :class:`ReductionPlan` (implemented in :mod:`sbrs.compile.parts`, which
 compiles the schedule into ONNX Runtime calls and documents the choices: fused band calls, a row-major
 ``[H, N, C, W]`` layout, sliding line buffers instead of rings, one arena checked with ``check_plan``):
 
@@ -24,7 +24,7 @@ compiles the schedule into ONNX Runtime calls and documents the choices: fused b
    own (left/right unchanged; the op's padding semantics stay, zeros for Conv, ignored for MaxPool), so a
    layer needs a few pad variants (first bands, middle, last bands); a one-phase layer runs whole;
 3. measure ``layer_seconds`` per band height into a :class:`MeasuredCostModel`
-   (:mod:`sbrs.runtime.measure.parts_cost`) and feed it to :func:`reduce_buffers`.
+   (:mod:`sbrs.compile.costs`) and feed it to :func:`reduce_buffers`.
 """
 
 from sbrs.reduction.cost import (

@@ -283,7 +283,7 @@ def reduction_genes(models: Mapping[str, CnnModel], candidates: Sequence[int] = 
     ``tie_followers``: an element-wise layer (:data:`~sbrs.reduction.rows.ROWWISE_OPS`) whose inputs are all
     read 1:1 and whose latest-produced input comes from a row-local layer of the same height follows that
     layer's gene (transitively). Such a layer can only be fused into its producer's band call by an executor
-    when both have the same band (``sbrs.runtime.compile.parts``); an independent gene mostly yields unfused, slower
+    when both have the same band (``sbrs.compile.parts``); an independent gene mostly yields unfused, slower
     configurations and a larger search space for no memory gain.
     """
     genes: list[Gene] = []

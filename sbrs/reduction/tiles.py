@@ -9,7 +9,7 @@ consecutive bands is *recomputed* instead of kept. What the group holds between 
 buffers of its entries and exit; its internal tensors (the wide expanded ones in MobileNetV2) exist only
 during a firing, band-sized (:attr:`TilePhases.transient`).
 
-For an executor (``sbrs.runtime.compile.parts``) a group's firing is one ONNX Runtime call: the members with their
+For an executor (``sbrs.compile.parts``) a group's firing is one ONNX Runtime call: the members with their
 band's top/bottom pads (each computed from the rows *it* produces, so zero padding stays where the whole
 layer has it), and a ``Slice`` where a member reads fewer rows than are available (a residual sum reads the
 block input at the exit rows, the expansion reads it with the depthwise halo).

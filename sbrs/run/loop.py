@@ -37,9 +37,9 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
+from sbrs.runtime.control_node import SwitchRecord
+from sbrs.runtime.engine import Runtime
 from sbrs.runtime.events import Observers, RunObserver
-from sbrs.runtime.execute.executor import Runtime
-from sbrs.runtime.switch.control_node import SwitchRecord
 
 if TYPE_CHECKING:
     from sbrs.control.controller import PolicyController
@@ -250,7 +250,7 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
     from sbrs.errors import InputError
     from sbrs.ort_env import release_free_memory
     from sbrs.run.frames import open_frames
-    from sbrs.runtime.execute.open import open_runtime
+    from sbrs.runtime.open import open_runtime
 
     if frames is not None and frames < 0:
         raise InputError(f"{frames}: expected a number >= 0", field="--frames")
@@ -262,7 +262,7 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
     # second one during the shutdown changes nothing (the summary is still written, the socket removed).
     with stop_on_signals(stop):
         fan_out = Observers(observers)
-        # from the app's verified build (sbrs.build.artifact); the models are never parsed in this process
+        # from the app's verified build (sbrs.artifact.read); the models are never parsed in this process
         runtime, config, memory = open_runtime(app_path, granularity=granularity, transition=transition,
                                                on_switch=on_switch, observers=fan_out)
         try:

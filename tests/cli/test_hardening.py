@@ -221,7 +221,7 @@ def test_a_replaced_cache_entry_is_made_again(tmp_path: Path, monkeypatch: pytes
 
 def test_bench_probe_ignores_a_local_sbrs_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Row 13: ``sbrs bench`` run from a folder holding a directory named ``sbrs``."""
-    from sbrs.runtime.measure.bench import _child
+    from sbrs.bench.bench import _child
 
     (tmp_path / "sbrs").mkdir()
     (tmp_path / "sbrs" / "__init__.py").write_text("raise ImportError('the wrong sbrs')\n")
@@ -260,7 +260,7 @@ def test_signals_stop_cleanly(signals: tuple[signal.Signals, ...], tmp_path: Pat
 def test_the_run_summary_keeps_constant_memory() -> None:
     """Row 6: ``RunSummary.switches`` kept every switch record (~15 MB a day at one switch a second)."""
     from sbrs.run.loop import RECENT_SWITCHES, RunSummary
-    from sbrs.runtime.switch.control_node import SwitchRecord
+    from sbrs.runtime.control_node import SwitchRecord
 
     summary = RunSummary(arena_bytes=0)
     for index in range(10_000):

@@ -1,0 +1,264 @@
+"""``sbrs build``'s compiled artifact: the app's execution units as ONNX files with their weights stored once.
+
+The layout and the checks on loading are described in ``sbrs.artifact.read``. Writing goes through a
+temporary folder renamed into place, so a build interrupted half-way never looks current.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from sbrs import __version__
+from sbrs.app.app import App
+from sbrs.artifact.read import (
+    FORMAT,
+    MANIFEST,
+    OPTIMIZED_SUFFIX,
+    OPTIMIZED_WEIGHTS,
+    WEIGHTS,
+    build_dir,
+    input_record,
+    manifest_checksum,
+)
+from sbrs.compile.units import UnitPlan
+
+#: Tensors smaller than this stay inside their unit file (biases, scales): not worth a page of the weights file.
+EXTERNAL_MIN_BYTES = 1024
+#: Offsets in the weights file are page-aligned, so ONNX Runtime may map tensors straight from the file.
+WEIGHTS_ALIGNMENT = 4096
+
+
+class _WeightsFile:
+    """The shared weights file: each distinct tensor content written once, page-aligned.
+
+    Weights go from the models' arrays (often views of the mapped ONNX files, ``sbrs.model.onnx_file``)
+    straight to the file: a unit's ``TensorProto`` only refers to them, so no weight is ever copied into
+    protobuf's memory on the way (that held a 510 MB model's weights three times, 2.1 GB at peak).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.stream = open(path, "wb")  # noqa: SIM115 (closed by close())
+        self.offsets: dict[str, tuple[int, int]] = {}
+
+    def place(self, array: np.ndarray) -> tuple[int, int]:
+        data = np.ascontiguousarray(array).reshape(-1).view(np.uint8).data  # little-endian, as ONNX stores it
+        digest = hashlib.sha256(data).hexdigest()
+        if digest not in self.offsets:
+            position = self.stream.tell()
+            padding = -position % WEIGHTS_ALIGNMENT
+            self.stream.write(b"\0" * padding)
+            self.offsets[digest] = (position + padding, data.nbytes)
+            self.stream.write(data)
+        return self.offsets[digest]
+
+    def tensor(self, array: np.ndarray, name: str) -> onnx.TensorProto:
+        """The initializer ``name``: in the weights file from ``EXTERNAL_MIN_BYTES`` on, else inline."""
+        if array.nbytes < EXTERNAL_MIN_BYTES or array.dtype.byteorder == ">":
+            return numpy_helper.from_array(array, name)
+        offset, length = self.place(array)
+        tensor = onnx.TensorProto(name=name, dims=array.shape,
+                                  data_type=helper.np_dtype_to_tensor_dtype(array.dtype),
+                                  data_location=onnx.TensorProto.EXTERNAL)
+        for key, value in (("location", WEIGHTS), ("offset", str(offset)), ("length", str(length))):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, value
+        return tensor
+
+    def externalise(self, model: onnx.ModelProto) -> None:
+        """Move ``model``'s initializers of ``EXTERNAL_MIN_BYTES`` or more into the weights file (for models
+        built with their weights inside, such as band calls)."""
+        tensors = list(model.graph.initializer)
+        del model.graph.initializer[:]
+        model.graph.initializer.extend(self.tensor(numpy_helper.to_array(tensor), tensor.name) for tensor in tensors)
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+def input_files(app: App) -> list[Path]:
+    """Every file the build depends on: the app YAML, scenario files, each scenario's ONNX file.
+
+    Models generated from the zoo or the inline layer language are not inputs: they follow from the YAML
+    and the sbrs version, both in the fingerprint, and their cached exports may come and go."""
+    files = [Path(app.config.path)]
+    for scenario in app.config.scenarios:
+        files.append(Path(scenario.defined_in))
+        if scenario.model_kind == "onnx":
+            files.append(Path(scenario.model_path))
+    return list(dict.fromkeys(files))
+
+
+def scenario_memory_mb(app: App, plan: UnitPlan) -> dict[str, float]:
+    """Per scenario: its unique parameter bytes plus the peak of its boundary tensors in the arena, in MB."""
+    from sbrs.compile.arena import arena_problem
+    from sbrs.compile.units import UnitLayout
+    from sbrs.memory.bounds import peak_by_timeline
+    from sbrs.model import params_bytes
+
+    layout = UnitLayout(plan.units, plan.sequences, plan.inputs, plan.outputs, {t.id: t.spec for t in plan.tensors})
+    peaks = peak_by_timeline(arena_problem(layout, plan.alignment))
+    return {name: (params_bytes([model]) + peaks.get(name, 0)) / 1e6 for name, model in app.models.items()}
+
+
+def _save_optimized_models(app: App, staging: Path) -> tuple[str | None, str | None]:
+    """Beside every model file of the build, ONNX Runtime's optimised form for this machine (``<name>.opt.onnx``,
+    ``sbrs.ort_env.save_optimized``), their weights in one file (``_share_optimized_weights``).
+
+    Returns the machine they are valid on (``machine_key``) and None, or None and why none were made: the app
+    runs on a GPU provider (the optimised form would fix node placement), the CPU's flags cannot be read, or
+    ONNX Runtime could not write one of them (then none is kept: the build stays whole and portable).
+    """
+    from sbrs.ort_env import (
+        CPU_PROVIDER,
+        machine_key,
+        resolve_providers,
+        save_optimized,
+    )
+
+    providers = resolve_providers(tuple(app.config.runtime.providers), where=app.config.path)
+    if providers != (CPU_PROVIDER,):
+        return None, f"the app runs on {providers[0]}"
+    key = machine_key(providers)
+    if key is None:
+        return None, "this machine's CPU flags cannot be read (/proc/cpuinfo)"
+    sources = sorted(staging.glob("*.onnx"))
+    try:
+        made = []
+        for path in sources:
+            made.append(path.with_name(path.stem + OPTIMIZED_SUFFIX))
+            save_optimized(str(path), str(made[-1]), providers)
+        _share_optimized_weights(made, staging / OPTIMIZED_WEIGHTS)
+    except Exception as exc:  # onnxruntime raises its own types; any failure leaves only the portable files
+        for path in (*staging.glob(f"*{OPTIMIZED_SUFFIX}*"), staging / OPTIMIZED_WEIGHTS):
+            path.unlink(missing_ok=True)
+        return None, f"ONNX Runtime could not save one: {' '.join(str(exc).split())[:200]}"
+    return key, None
+
+
+def _share_optimized_weights(models: list[Path], shared: Path) -> None:
+    """Move the weights of the optimised models (each written with its own ``<model>.bin``) into ``shared``,
+    each distinct tensor once and page-aligned, as ``weights.bin`` holds the portable ones.
+
+    Units of scenarios that share layers, and band calls of one layer that differ only in their padding,
+    carry the same reordered weights: in separate files they are separate pages in memory once mapped
+    (MobileNetV2 by parts: 27 MB of files for 14 MB of weights). ONNX Runtime maps each tensor from the one
+    file, so every session using a tensor maps the same pages.
+    """
+    weights = _WeightsFile(shared)
+    try:
+        for path in models:
+            model = onnx.load_model(str(path), load_external_data=False)
+            own = path.with_name(path.name + ".bin")
+            with open(own, "rb") as stream:
+                for tensor in model.graph.initializer:
+                    if tensor.data_location != onnx.TensorProto.EXTERNAL:
+                        continue
+                    entries = {entry.key: entry.value for entry in tensor.external_data}
+                    stream.seek(int(entries.get("offset", 0)))
+                    data = stream.read(int(entries["length"]))
+                    offset, length = weights.place(np.frombuffer(data, dtype=np.uint8))
+                    del tensor.external_data[:]
+                    for name, value in (("location", shared.name), ("offset", str(offset)), ("length", str(length))):
+                        entry = tensor.external_data.add()
+                        entry.key, entry.value = name, value
+            onnx.save_model(model, str(path))
+            own.unlink()
+    finally:
+        weights.close()
+
+
+def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Write the build of ``app`` (default ``APP.build/`` beside the app file); returns its manifest.
+
+    ``reduction`` (``sbrs.reduction.search.reduce_app``'s result for a memory limit): unless Algorithm 9
+    exited early (the unreduced plan fits), the build holds band calls (``sbrs.compile.parts_plan``)
+    instead of execution units: one ``c<key>.onnx`` per distinct call model and the ``ReducedPlan`` in the
+    manifest.
+    The limit is recorded either way (``memory_limit_bytes``), so a run can tell a build made for another.
+    """
+    from sbrs.compile.layout import unit_model
+    from sbrs.compile.parts_plan import scenario_memory_mb as reduced_memory_mb
+    from sbrs.compile.transitions import build_transition_plan, plan_shadow
+    from sbrs.compile.unit_plan import build_unit_plan
+    from sbrs.moc import derive_moc
+    from sbrs.model import naive_buffer_bytes, params_bytes
+
+    folder = folder or build_dir(app.config.path)
+    mode = app.config.runtime.transition
+    arena = "shadow" if mode == "sbrs-tp" else "shared"
+    moc = derive_moc(app.models, app.config.adaptive)
+    plan = build_unit_plan(app, None, moc, transition=mode)
+    specs = {t.id: t.spec for t in plan.tensors}
+    shadow: Mapping[str, int] | None = None
+    run_plan = plan
+    if arena == "shadow":
+        run_plan, shadow = plan_shadow(plan)
+        limit = None if reduction is None else int(reduction["memory_limit_bytes"])
+        if limit is not None and params_bytes(app.models.values()) + run_plan.arena_bytes > limit:
+            arena, run_plan, shadow = "shared", plan, None  # the shadow slots would break the memory limit
+    transitions = build_transition_plan(run_plan, arena=arena, shadow=shadow)
+    reduced = None
+    if reduction is not None and not reduction["early_exit"]:
+        from sbrs.compile.parts_plan import fit_reduction
+
+        reduced = fit_reduction(app, reduction)
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        weights = _WeightsFile(staging / WEIGHTS)
+        try:
+            if reduced is None:
+                for unit in plan.units:
+                    model = unit_model(app.models, moc, unit, specs, app.name, initializer=weights.tensor)
+                    onnx.save_model(model, str(staging / f"{unit.id}.onnx"))
+            else:
+                from sbrs.compile.parts_plan import call_file, call_models
+
+                for key, model in call_models(app.models, reduced).items():
+                    weights.externalise(model)
+                    onnx.save_model(model, str(staging / call_file(key)))
+        finally:
+            weights.close()
+        optimized_for, not_optimized = _save_optimized_models(app, staging)
+        files = {record.pop("path"): record for record in
+                 (input_record(path, staging) for path in sorted(staging.iterdir()) if path.is_file())}
+        manifest: dict[str, Any] = {
+            "format": FORMAT, "sbrs": __version__, "app": app.name,
+            "inputs": [input_record(path, folder.parent) for path in input_files(app)],
+            "options": {"granularity": plan.granularity, "transition": mode, "transition_arena": arena}
+            if reduced is None else {"granularity": "parts", "transition": mode, "transition_arena": "shared"},
+            "config": app.config.to_dict(),
+            "plan": run_plan.to_dict(), "shadow": dict(shadow) if shadow is not None else None,
+            "transitions": transitions.to_dict(),
+            "model_bytes": {"params_bytes": params_bytes(app.models.values()),
+                            "naive_bytes": sum(naive_buffer_bytes(m) for m in app.models.values())},
+            "scenario_memory_mb": scenario_memory_mb(app, plan) if reduced is None else
+            reduced_memory_mb(reduced, {name: params_bytes([m]) for name, m in app.models.items()}),
+            "memory_limit_bytes": None if reduction is None else int(reduction["memory_limit_bytes"]),
+            "reduced": None if reduced is None else reduced.to_dict(),
+            "weights_bytes": (staging / WEIGHTS).stat().st_size,
+            "optimized_for": optimized_for,
+            "not_optimized": not_optimized,
+            "files": files,
+        }
+        manifest["checksum"] = manifest_checksum(manifest)
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(staging, folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return manifest

@@ -1,0 +1,556 @@
+"""``sbrs bench``: throughput of every scenario against its own model in plain ONNX Runtime, and process memory.
+
+Throughput (DESIGN.md, "Benchmarks": ratios against a baseline in the same process and run, interleaved,
+medians): for each scenario, sbrs and a standalone ONNX Runtime session of the scenario's own ONNX file (same
+providers, same global thread pool, ``session.run`` with a feed dict, as a plain ORT user would) run
+alternate blocks of ``frames`` frames, ``repeats`` times; each side's fps is the median over its blocks and
+``ratio`` = sbrs fps / ORT fps.
+
+Process memory (``measure_memory``): four fresh interpreters, started in this run one after another: a bare
+one with only numpy and onnxruntime imported (the baseline), sbrs running the app's verified build
+(``sbrs.build``) as ``sbrs run`` does, every scenario's ONNX file as its own plain ORT session, and the largest
+scenario alone in plain ORT; the loaded ones warm every scenario up before their resident set size is read,
+and the ORT ones hand freed memory back to the system (``malloc_trim``). Figures are RSS above the baseline,
+steady and peak (``VmHWM``: loading and switching). What sbrs imports is part of what sbrs costs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sbrs.errors import InputError, SbrsRuntimeError
+from sbrs.runtime.open import runtime_for
+
+WARMUP_FRAMES = 3
+
+
+def resident_bytes() -> tuple[int, int]:
+    """(current, peak) resident set size of this process in bytes, from /proc (Linux), else (peak, peak)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            fields = dict(line.split(":", 1) for line in status if ":" in line)
+        return int(fields["VmRSS"].split()[0]) * 1024, int(fields["VmHWM"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return peak, peak
+
+
+def _fps(run_frame: Callable[[], object], frames: int) -> float:
+    start = time.perf_counter()
+    for _ in range(frames):
+        run_frame()
+    return frames / (time.perf_counter() - start)
+
+
+def measure_throughput(app_path: str, *, frames: int, repeats: int, granularity: str | None) -> dict[str, Any]:
+    """The fps part of the benchmark, in this process (module docstring)."""
+    from sbrs.app import load_app
+    from sbrs.ort_env import create_session
+
+    app = load_app(app_path)
+    runtime = runtime_for(app, granularity=granularity)
+    rng = np.random.default_rng(0)
+    frame = rng.standard_normal(app.config.input.shape).astype(app.config.input.dtype)
+    scenarios: dict[str, Any] = {}
+    facts = runtime.facts()  # units or band calls (``sbrs.runtime.reduced``): the same figures
+    with runtime:
+        for scenario in app.config.scenarios:
+            session = create_session(scenario.model_path, runtime.providers, threads=runtime.thread_pool.count)
+            feed = {session.get_inputs()[0].name: frame}
+            runtime.switch(scenario.name)
+
+            def run_sbrs() -> object:
+                return runtime.infer(frame)
+
+            def run_ort(session: Any = session, feed: dict[str, np.ndarray] = feed) -> object:
+                return session.run(None, feed)
+
+            _fps(run_sbrs, WARMUP_FRAMES)
+            _fps(run_ort, WARMUP_FRAMES)
+            sbrs_fps, ort_fps = [], []
+            for _ in range(repeats):
+                sbrs_fps.append(_fps(run_sbrs, frames))
+                ort_fps.append(_fps(run_ort, frames))
+            del session
+            fps, baseline = statistics.median(sbrs_fps), statistics.median(ort_fps)
+            scenarios[scenario.name] = {"fps": round(fps, 3), "ort_fps": round(baseline, 3),
+                                        "ratio": round(fps / baseline, 4),
+                                        "units_per_frame": facts["steps"][scenario.name]}
+        return {"app": app.name, "granularity": facts["granularity"], "units": facts["units"],
+                "arena_bytes": runtime.arena_bytes, "frames": frames, "repeats": repeats,
+                "threads": runtime.thread_pool.requested, "scenarios": scenarios}
+
+
+# -- process memory, each figure in its own fresh interpreter ---------------------------------------------
+
+#: The end of every memory probe script: its RSS, peak and PSS as one JSON line.
+_MEMORY_REPORT = """
+status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+rss = int(status["VmRSS"].split()[0]) * 1024
+try:  # a page several mappings share counts once (weights mapped by several sessions), not once per mapping
+    rollup = dict(line.split(":", 1) for line in open("/proc/self/smaps_rollup") if ":" in line)
+    pss = int(rollup["Pss"].split()[0]) * 1024
+except (OSError, KeyError):
+    pss = rss
+print(json.dumps({"rss": rss, "peak": int(status["VmHWM"].split()[0]) * 1024, "pss": pss}))
+"""
+
+#: The plain ONNX Runtime side of the memory probes, and the bare baseline: a script that imports only json,
+#: numpy and onnxruntime (never sbrs), loads the given models as sessions on the global thread pool (the
+#: setting sbrs uses too), warms each up, hands freed memory back (as sbrs does) and prints its RSS and peak.
+_ORT_PROBE = """
+import ctypes, ctypes.util, json, sys
+import numpy as np
+import onnxruntime as ort
+args = json.loads(sys.argv[1])
+sessions = []
+if args["models"]:
+    ort.set_global_thread_pool_sizes(args["threads"], 1)
+    options = ort.SessionOptions()
+    options.use_per_session_threads = False
+    options.log_severity_level = 3
+    sessions = [ort.InferenceSession(path, options, providers=args["providers"]) for path in args["models"]]
+    frame = np.zeros(args["shape"], args["dtype"])
+    for session in sessions:
+        for _ in range(args["warmup"]):
+            session.run(None, {session.get_inputs()[0].name: frame})
+library = ctypes.util.find_library("c")
+if library and sys.platform.startswith("linux"):
+    ctypes.CDLL(library).malloc_trim(0)
+""" + _MEMORY_REPORT
+
+
+def _run_probe(label: str, command: list[str]) -> dict[str, int]:
+    """Run one probe interpreter and return its JSON answer (its last line)."""
+    # ``python -c`` puts its working directory first on sys.path: run it where this very sbrs package lives, so a
+    # folder named ``sbrs`` in the user's working directory is never imported instead (paths are absolute).
+    package_home = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, *command], capture_output=True, text=True, check=False, cwd=package_home)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SbrsRuntimeError(f"bench: the {label} memory probe failed: {last}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+#: The sbrs probe: the app's verified build loaded as ``sbrs run`` loads it (``sbrs.artifact.read``, nothing of
+#: this benchmark module, whose own imports would count against sbrs), every scenario run, its RSS and peak.
+_SBRS_PROBE = """
+import gc, json, sys
+import numpy as np
+from sbrs.artifact.read import load_build
+from sbrs.ort_env import release_free_memory
+from sbrs.runtime.open import runtime_of_build
+args = json.loads(sys.argv[1])
+build = load_build(args["app"])
+runtime = runtime_of_build(build)
+frame = np.zeros(build.config.input.shape, build.config.input.dtype)
+for scenario in runtime.scenarios:
+    runtime.switch(scenario)
+    for _ in range(args["warmup"]):
+        runtime.infer(frame)
+gc.collect()
+release_free_memory()  # as the ORT probe hands its freed memory back
+""" + _MEMORY_REPORT
+
+
+def _child(mode: str, argument: dict[str, Any]) -> dict[str, int]:
+    """The sbrs probe (``sbrs``) or the ORT probe (``ort``, ``idle``: numpy and onnxruntime only), each in a
+    fresh interpreter."""
+    if mode == "sbrs":
+        return _run_probe(mode, ["-c", _SBRS_PROBE, json.dumps({"warmup": WARMUP_FRAMES, **argument})])
+    if mode == "idle":
+        argument = {"models": []}
+    elif mode != "ort":
+        raise ValueError(f"unknown memory probe {mode!r}")
+    return _run_probe(mode, ["-c", _ORT_PROBE, json.dumps({"warmup": WARMUP_FRAMES, **argument})])
+
+
+def measure_memory(app_path: str, *, granularity: str | None) -> dict[str, Any]:
+    """Process memory of sbrs and of the two plain ONNX Runtime alternatives, each in a fresh interpreter.
+
+    Figures are resident set sizes above a bare interpreter with only numpy and onnxruntime imported (the
+    ``baseline``; sbrs' own imports count against sbrs): ``rss`` after loading and running every scenario
+    (steady), ``peak`` the high-water mark (loading and switching), ``pss`` the steady proportional set size
+    (a page mapped several times, e.g. weights several sessions map from one file, counts once; RSS counts
+    it once per mapping). ``ort``: every scenario's ONNX file as its
+    own session, all loaded; ``ort_active``: only the largest scenario loaded (what an app that loads the
+    active scenario on each switch holds at most).
+    """
+    from sbrs.app.config import load_app_config
+    from sbrs.artifact.read import build_dir, compile_in_child, verify_build
+    from sbrs.ort_env import resolve_providers
+
+    config = load_app_config(app_path)
+    providers = resolve_providers(tuple(config.runtime.providers), where=config.path)
+    try:  # sbrs is measured running the app's current build, as ``sbrs run`` does (made first if needed)
+        verify_build(build_dir(app_path), app_path)
+    except InputError:
+        compile_in_child(app_path)
+    models = [str(Path(s.model_path).resolve()) for s in config.scenarios]
+    common = {"providers": list(providers), "threads": config.runtime.threads or _cpu_count(),
+              "shape": list(config.input.shape), "dtype": config.input.dtype}
+    idle = _child("idle", {})
+    baseline = idle["rss"]
+    sbrs = _child("sbrs", {"app": str(Path(app_path).resolve())})
+    ort_all = _child("ort", {"models": models, **common})
+    ort_active = _child("ort", {"models": [max(models, key=lambda path: Path(path).stat().st_size)], **common})
+
+    def above(probe: dict[str, int], key: str) -> int:
+        return probe[key] - baseline
+
+    report: dict[str, Any] = {"baseline_rss_bytes": baseline}
+    for name, probe in (("", sbrs), ("ort_", ort_all), ("ort_active_", ort_active)):
+        report[f"{name}rss_bytes"] = above(probe, "rss")
+        report[f"{name}peak_rss_bytes"] = above(probe, "peak")
+        report[f"{name}pss_bytes"] = probe["pss"] - idle["pss"]
+    for name in ("ort", "ort_active"):
+        for kind in ("rss", "peak_rss"):
+            theirs = report[f"{name}_{kind}_bytes"]
+            report[f"{kind}_ratio_vs_{name}"] = round(report[f"{kind}_bytes"] / theirs, 4) if theirs > 0 else None
+    report["rss_ratio"] = report["rss_ratio_vs_ort"]
+    return report
+
+
+def _cpu_count() -> int:
+    import os
+
+    return os.cpu_count() or 1
+
+
+def bench_app(app_path: str, *, frames: int = 20, repeats: int = 3, granularity: str | None = None,
+              memory: bool = True) -> dict[str, Any]:
+    """The whole ``sbrs bench`` report as one JSON-ready dictionary."""
+    if frames < 1 or repeats < 1:
+        raise InputError(f"--frames {frames}, --repeats {repeats}: both must be >= 1")
+    report = measure_throughput(app_path, frames=frames, repeats=repeats, granularity=granularity)
+    if memory:
+        report.update(measure_memory(app_path, granularity=granularity))
+    return report
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """A table for people: fps per scenario against ORT, then process memory."""
+    lines = [f"app {report['app']}: granularity {report['granularity']}, {report['units']} units, arena "
+             f"{report['arena_bytes'] / 1e6:.2f} MB, {report['threads']} threads, median of {report['repeats']} "
+             f"blocks of {report['frames']} frames",
+             f"{'scenario':<16} {'units/frame':>11} {'sbrs fps':>10} {'ORT fps':>10} {'ratio':>7}"]
+    for name, row in report["scenarios"].items():
+        lines.append(f"{name:<16} {row['units_per_frame']:>11} {row['fps']:>10.2f} {row['ort_fps']:>10.2f} "
+                     f"{row['ratio']:>7.3f}")
+    if "rss_bytes" in report:
+        lines.append(f"process memory, measured: RSS above a bare interpreter with numpy and onnxruntime imported "
+                     f"({report['baseline_rss_bytes'] / 1e6:.1f} MB), fresh processes; steady after running every "
+                     f"scenario, peak over loading and switching")
+        lines.append(f"{'':<34} {'steady MB':>10} {'peak MB':>10} {'sbrs/it steady':>15} {'sbrs/it peak':>13} "
+                     f"{'steady PSS MB':>14}")
+        lines.append(f"{'sbrs':<34} {report['rss_bytes'] / 1e6:>10.1f} {report['peak_rss_bytes'] / 1e6:>10.1f}"
+                     f"{'':>30} {report['pss_bytes'] / 1e6:>14.1f}")
+        for name, label in (("ort", "plain ORT, every scenario loaded"), ("ort_active", "plain ORT, largest alone")):
+            steady, peak = report[f"rss_ratio_vs_{name}"], report[f"peak_rss_ratio_vs_{name}"]
+            lines.append(f"{label:<34} {report[f'{name}_rss_bytes'] / 1e6:>10.1f} "
+                         f"{report[f'{name}_peak_rss_bytes'] / 1e6:>10.1f} {_ratio(steady):>15} {_ratio(peak):>13} "
+                         f"{report[f'{name}_pss_bytes'] / 1e6:>14.1f}")
+        lines.append(f"planned (a model, not measured): arena of the tensors between ONNX Runtime calls (execution "
+                     f"units or band calls) {report['arena_bytes'] / 1e6:.2f} MB; tensors inside a call are ONNX "
+                     "Runtime's own memory, inside the RSS above")
+    return "\n".join(lines)
+
+
+def _ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+# -- switching: the response delay Δ as the caller sees it (thesis Figure 5.7, measured from outside) ------
+
+#: How the switches are made in ``measure_switching``: sbrs under SBRS-TP and naive switching, plain ONNX
+#: Runtime with every scenario's session loaded (switch at the frame boundary), and ONNX Runtime loading the
+#: new scenario's session when the switch comes (the two things a user would do without sbrs); the default.
+#: Besides, when the frame in flight may be given up: sbrs with ``on_switch: cancel`` and plain ONNX Runtime
+#: stopping its call through ``RunOptions.terminate``, each running that frame again on the new scenario.
+DEFAULT_SWITCH_METHODS: tuple[str, ...] = ("sbrs-tp", "sbrs-naive", "ort-all", "ort-load")
+SWITCH_METHODS: tuple[str, ...] = (*DEFAULT_SWITCH_METHODS, "sbrs-cancel", "ort-cancel")
+#: Seconds a single Δ sample may stream frames before the bench gives up on it. The request thread may wait
+#: for a core and the GIL for milliseconds (its request time is taken once it runs, so Δ is not affected).
+MAX_SAMPLE_S = 5.0
+
+
+class _Requester:
+    """One long-lived thread that makes each sample's switch request: armed with a delay and a request
+    (``arm``), it waits that long, notes the time and asks (``ask()``), so the request arrives at a random
+    point of a frame from another thread, as a socket or policy request would. ``join`` waits for the request
+    and gives its time.
+
+    One thread for every sample, as a server has one: a thread started per sample ends right after its request
+    while the frame loop runs, and on two cores its exit (Python code holding the GIL) sometimes stalled the
+    loop for milliseconds, whichever side was measured.
+    """
+
+    def __init__(self) -> None:
+        self._armed = threading.Condition()
+        self._work: tuple[float, Callable[[], None]] | None = None
+        self._done = threading.Event()
+        self._requested = 0.0
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="sbrs-bench-request", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._armed:
+                while self._work is None and not self._stop:
+                    self._armed.wait()
+                if self._stop:
+                    return
+                assert self._work is not None
+                delay_s, ask = self._work
+                self._work = None
+            time.sleep(delay_s)
+            self._requested = time.perf_counter()
+            ask()
+            self._done.set()
+
+    def arm(self, delay_s: float, ask: Callable[[], None]) -> None:
+        self._done.clear()
+        with self._armed:
+            self._work = (delay_s, ask)
+            self._armed.notify()
+
+    def join(self) -> float:
+        self._done.wait()
+        return self._requested
+
+    def close(self) -> None:
+        with self._armed:
+            self._stop = True
+            self._armed.notify()
+        self._thread.join()
+
+
+def _sbrs_delay(runtime: Any, old: str, new: str, frame: np.ndarray, delay_s: float, mode: str,
+                request: _Requester) -> tuple[float, float]:
+    """One caller-side Δ of sbrs: frames stream on ``old``, the request comes ``delay_s`` after the stream
+    starts; Δ = request → the caller holds the first result of ``new``. Also the runtime's own record of it."""
+    runtime.switch(old, "bench")
+    runtime.infer(frame)  # settled on old, nothing pending
+
+    def stream() -> Iterator[np.ndarray]:
+        request.arm(delay_s, lambda: runtime.switch(new, "bench"))
+        end = time.perf_counter() + MAX_SAMPLE_S
+        while time.perf_counter() < end:
+            yield frame
+
+    results = runtime._process(stream(), mode=mode)
+    try:
+        for result in results:
+            if result.scenario == new:
+                held = time.perf_counter()
+                internal = result.switch.response_delay_s if result.switch is not None else float("nan")
+                return held - request.join(), internal
+    finally:
+        results.close()  # a transition's old frame still finishes (``_Transition.deliver``)
+    raise SbrsRuntimeError(f"bench: the switch {old}->{new} did not happen within {MAX_SAMPLE_S} s")
+
+
+def _ort_delay(sessions: dict[str, Any], old: str, new: str, feed_name: str, frame: np.ndarray, delay_s: float,
+               load: Callable[[str], Any] | None, request: _Requester, cancel: Any = None) -> float:
+    """One caller-side Δ of plain ONNX Runtime, the same request thread: the loop switches session at the frame
+    boundary; with ``load``, the new session is created then (and the old one dropped), else all are loaded.
+    With ``cancel`` (an ``ort.RunOptions`` every run gets), the request also sets its ``terminate``: the call
+    in flight stops, and the loop runs that frame again on the new session."""
+    active = {old: sessions[old]} if load is None else {old: load(old)}
+    current = old
+    wanted = [old]
+    active[old].run(None, {feed_name: frame})
+
+    def ask() -> None:
+        wanted[0] = new
+        if cancel is not None:
+            cancel.terminate = True
+
+    def stream() -> Iterator[np.ndarray]:  # the same frame source as sbrs gets
+        request.arm(delay_s, ask)
+        end = time.perf_counter() + MAX_SAMPLE_S
+        while time.perf_counter() < end:
+            yield frame
+
+    for arrays in stream():
+        while True:
+            if wanted[0] != current:
+                current = wanted[0]
+                if load is not None:
+                    active = {current: load(current)}
+            try:
+                active.get(current, sessions[current]).run(None, {feed_name: arrays}, cancel)
+                break
+            except Exception as error:  # onnxruntime's ``Fail``: stopped by ``terminate`` (set only with ``cancel``)
+                if cancel is None or "terminate flag" not in str(error):
+                    raise
+                cancel.terminate = False
+        if current == new:
+            return time.perf_counter() - request.join()
+    raise SbrsRuntimeError(f"bench: the ORT switch {old}->{new} did not happen within {MAX_SAMPLE_S} s")
+
+
+def _summary(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return {"mean_s": round(statistics.fmean(ordered), 7), "p95_s": round(p95, 7)}
+
+
+def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | None = None,
+                      transition_arena: str | None = None, methods: tuple[str, ...] = DEFAULT_SWITCH_METHODS,
+                      seed: int = 0) -> dict[str, Any]:
+    """Δ for every ordered pair o → n, seen from the caller, for each of ``methods`` (``SWITCH_METHODS``).
+
+    One sample: frames stream on o back to back; a thread makes the switch request after a random delay,
+    uniform over one frame of o (ONNX Runtime's median frame time), so the request lands at a random point of
+    a frame; Δ runs from the moment the thread makes the request to the moment the caller holds the first
+    output of n (``Runtime.process`` in completion order for sbrs). Every repetition draws one delay and runs
+    every method with it, in a shuffled order (DESIGN.md, "Benchmarks": the alternatives in the same run,
+    interleaved). Reported per pair and over all pairs: mean and p95 per method, the ratios of the means to
+    ``ort-all`` (and of ``sbrs-cancel`` to ``ort-cancel``), and beside them the runtime's own record of Δ
+    (``SwitchRecord``; from the request's arrival at the control node to the new output's copy-out, before the
+    caller has it).
+    """
+    import random
+
+    from sbrs.app import load_app
+    from sbrs.ort_env import create_session
+
+    unknown = [m for m in methods if m not in SWITCH_METHODS]
+    if repeats < 1 or unknown or not methods:
+        raise InputError(f"--repeats {repeats} must be >= 1 and methods among {', '.join(SWITCH_METHODS)}"
+                         + (f" (got {', '.join(unknown)})" if unknown else ""))
+    app = load_app(app_path)
+    shape, dtype = app.config.input.shape, app.config.input.dtype
+    frame = np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+    paths = {s.name: s.model_path for s in app.config.scenarios}
+    runtime = runtime_for(app, granularity=granularity, transition="sbrs-tp", transition_arena=transition_arena)
+    cancelling = runtime_for(app, granularity=granularity, on_switch="cancel") if "sbrs-cancel" in methods else None
+    del app
+    rng = random.Random(seed)
+    with runtime, contextlib.nullcontext() if cancelling is None else cancelling:
+        providers = runtime.providers
+        threads = runtime.thread_pool.count  # plain sessions whose idle pools stop spinning, as sbrs' do
+        sessions = {name: create_session(path, providers, threads=threads) for name, path in paths.items()}
+        feed_name = next(iter(sessions.values())).get_inputs()[0].name
+
+        def load(name: str) -> Any:
+            return create_session(paths[name], providers, threads=threads)
+
+        frame_s: dict[str, float] = {}
+        for name, session in sessions.items():
+            for _ in range(WARMUP_FRAMES):
+                session.run(None, {feed_name: frame})
+                for warmed in (runtime, cancelling):
+                    if warmed is not None:
+                        warmed.switch(name, "bench")
+                        warmed.infer(frame)
+            times = []
+            for _ in range(max(5, repeats)):
+                start = time.perf_counter()
+                session.run(None, {feed_name: frame})
+                times.append(time.perf_counter() - start)
+            frame_s[name] = statistics.median(times)
+        import onnxruntime as ort
+
+        terminate = ort.RunOptions()
+        run_method: dict[str, Callable[[str, str, float], tuple[float, float | None]]] = {
+            "sbrs-tp": lambda o, n, d: _sbrs_delay(runtime, o, n, frame, d, "sbrs-tp", requester),
+            "sbrs-naive": lambda o, n, d: _sbrs_delay(runtime, o, n, frame, d, "naive", requester),
+            "ort-all": lambda o, n, d: (_ort_delay(sessions, o, n, feed_name, frame, d, None, requester), None),
+            "ort-load": lambda o, n, d: (_ort_delay(sessions, o, n, feed_name, frame, d, load, requester), None),
+            "sbrs-cancel": lambda o, n, d: _sbrs_delay(cancelling, o, n, frame, d, "sbrs-tp", requester),
+            "ort-cancel": lambda o, n, d: (_ort_delay(sessions, o, n, feed_name, frame, d, None, requester,
+                                                      terminate), None),
+        }
+        # Everything loaded so far stays: out of the cyclic collector's sight, its full collections (several ms
+        # with the models' objects around) no longer land in a sample; both sides share this process.
+        gc.collect()
+        gc.freeze()
+        requester = _Requester()
+        try:
+            pairs: dict[str, Any] = {}
+            every: dict[str, list[float]] = {m: [] for m in methods}
+            every_internal: dict[str, list[float]] = {m: [] for m in methods if m.startswith("sbrs")}
+            for old in runtime.scenarios:
+                for new in runtime.scenarios:
+                    if old == new:
+                        continue
+                    samples: dict[str, list[float]] = {m: [] for m in methods}
+                    internal: dict[str, list[float]] = {m: [] for m in every_internal}
+                    for _ in range(repeats):
+                        delay = rng.uniform(0.0, frame_s[old])
+                        for method in rng.sample(methods, len(methods)):
+                            caller, recorded = run_method[method](old, new, delay)
+                            samples[method].append(caller)
+                            if recorded is not None:
+                                internal[method].append(recorded)
+                    row: dict[str, Any] = {"old_frame_s": round(frame_s[old], 7), "new_frame_s": round(frame_s[new], 7)}
+                    for method in methods:
+                        row[method] = _summary(samples[method])
+                        every[method].extend(samples[method])
+                        if method in internal:
+                            row[method]["internal_mean_s"] = round(statistics.fmean(internal[method]), 7)
+                            every_internal[method].extend(internal[method])
+                    row["ratios"] = _switching_ratios(row, methods)
+                    pairs[f"{old}->{new}"] = row
+        finally:
+            requester.close()
+        overall: dict[str, Any] = {m: _summary(every[m]) for m in methods}
+        for method, values in every_internal.items():
+            overall[method]["internal_mean_s"] = round(statistics.fmean(values), 7)
+        overall["ratios"] = _switching_ratios(overall, methods)
+        facts = runtime.facts()
+        return {"app": facts["app"], "granularity": facts["granularity"], "repeats": repeats,
+                "transition_arena": runtime.transitions.arena, "schedule": runtime.transition_schedule,
+                "arena_bytes": runtime.arena_bytes, "methods": list(methods), "overall": overall, "pairs": pairs}
+
+
+def _switching_ratios(row: dict[str, Any], methods: tuple[str, ...]) -> dict[str, float]:
+    """Each method's mean Δ over plain ORT's with every session loaded, and sbrs cancelling over ORT cancelling
+    (``sbrs-cancel/ort-cancel``): each against the alternative that keeps or gives up the frame in flight alike."""
+    ratios = {}
+    if "ort-all" in methods:
+        ratios = {m: round(row[m]["mean_s"] / row["ort-all"]["mean_s"], 4) for m in methods if m != "ort-all"}
+    if "sbrs-cancel" in methods and "ort-cancel" in methods:
+        ratios["sbrs-cancel/ort-cancel"] = round(row["sbrs-cancel"]["mean_s"] / row["ort-cancel"]["mean_s"], 4)
+    return ratios
+
+
+def format_switching(report: dict[str, Any]) -> str:
+    """Δ per ordered pair as the caller sees it: mean (p95) per method in ms, the ratio to plain ORT."""
+    methods = report["methods"]
+    lines = [f"app {report['app']}: switch response delay Δ seen by the caller (request at a random point of a "
+             f"frame → the caller holds the new scenario's output), ms, mean (p95) of {report['repeats']} per pair; "
+             f"SBRS-TP arena {report['transition_arena']}, schedule {report['schedule']}",
+             f"{'pair':<26}" + "".join(f"{m:>20}" for m in methods) + "  sbrs-tp/ort-all"
+             + ("  sbrs-cancel/ort-cancel" if "sbrs-cancel/ort-cancel" in report["overall"]["ratios"] else "")]
+
+    def row(name: str, values: dict[str, Any]) -> str:
+        cells = "".join(f"{values[m]['mean_s'] * 1e3:>11.3f} ({values[m]['p95_s'] * 1e3:>6.3f})" for m in methods)
+        ratios = [values["ratios"].get(key) for key in ("sbrs-tp", "sbrs-cancel/ort-cancel")]
+        return f"{name:<26}{cells}" + "".join(f"  {'' if r is None else f'{r:.3f}':>15}" for r in ratios)
+
+    lines.extend(row(key, values) for key, values in report["pairs"].items())
+    lines.append(row("all pairs", report["overall"]))
+    recorded = [f"{m} {report['overall'][m]['internal_mean_s'] * 1e3:.3f} ms" for m in methods
+                if "internal_mean_s" in report["overall"][m]]
+    if recorded:
+        lines.append("the runtime's own record of Δ (SwitchRecord, before the caller has the output), mean: "
+                     + ", ".join(recorded))
+    return "\n".join(lines)

@@ -1,0 +1,375 @@
+"""The SBRS transition protocol on execution units: analysis (Algorithm 6), schedules (Algorithm 7), hazard proof.
+
+Steps
+    A *step* here is one unit call of a scenario's frame (``UnitPlan.sequences[s][i - 1]`` is step φ^s_i,
+    1-based as in the thesis). Two pieces of frame I/O belong to steps: copying the frame into the arena
+    belongs to step 1 (it writes the input slot), copying the outputs out belongs to the last step (it reads
+    the output slots). A step's *accesses* are the byte ranges of the arena it reads and writes, taken from
+    the plan's offsets: its unit's inputs as bound for that scenario (``Unit.input_tensors[s]``), its unit's
+    outputs, plus the frame I/O above.
+
+Hazards, and where this deviates from the thesis
+    Algorithm 6 (lines 4-8) delays a new step φ^n_i only until the last old step that uses the *same layer*
+    has finished: in the thesis a layer is a platform resource that cannot serve two scenarios at once. On
+    ONNX Runtime that is not the hazard: every (scenario, unit) has its own IOBinding, and a session may run
+    concurrently. The hazard is the *arena*: the old frame and the new frame live in one arena whose offsets
+    were planned for one scenario at a time, the frame input slot is one tensor for every scenario, a shared
+    unit writes the same supergraph tensor for every user, and "a tensor may hold different values in
+    different scenarios" (``sbrs.compile.units``). So the analysis here is Algorithm 6 with line 6 replaced by
+    a byte test::
+
+        x_i = max(x_{i-1} + 1, max{ j : accesses(φ^o_j) and accesses(φ^n_i) overlap, one of them writing })
+
+    (x_0 = -1 so that x_1 may be 0: a new step that touches nothing of the old frame may start at once). Steps
+    sharing a unit always overlap (both write the unit's outputs), so the thesis' layer condition is implied.
+    ``thesis_x`` keeps Algorithm 6 verbatim (same unit ⇒ delay) for comparison; the checker shows it is unsafe
+    on most apps (``check_schedule`` with ``thesis_x``).
+
+Schedules (Algorithm 7) and the event-driven refinement
+    Algorithm 7 runs in lock-step: at control step q it starts one old step and at most one new step whose
+    x allows it, then waits for both. The runtime runs the same constraints event-driven (``wait``): the old
+    steps run in order on the loop thread; the new frame's steps run in order on a worker thread and step
+    φ^n_i starts once φ^n_{i-1} has finished and the old steps 1..wait_i have finished, where::
+
+        wait_i = max{ j : φ^o_j and φ^n_i conflict }   (0 when none)
+
+    ``wait_i <= x_i`` always: the ``+1`` of Algorithm 6, line 10 only encodes the lock-step pacing (one new
+    step per control step), which the new chain already orders; dropping it lets a run of cheap new steps go
+    ahead without waiting for one old step each. Every hazard constraint of X is kept. A switch request that
+    arrives during old step s is acted on when step s has finished (Algorithm 7, line 2), so new steps start
+    after old steps 1..max(wait_i, s).
+
+What ``check_schedule`` proves
+    For one plan, every ordered pair o ≠ n, every SSR step s ∈ [1, |φ^o|] and a table of waits (``wait``,
+    ``x`` or ``thesis_x``): in the happens-before order of the schedule (old chain, new chain, old step
+    max(wait_i, s) before new step i, nothing orders old steps after new ones), every old step j > s that is
+    not ordered before new step i touches no arena byte that new step i touches, unless both only read. Old
+    steps 1..s are finished before any new step starts. Accesses are recomputed from the plan's offsets by
+    ``step_accesses`` (or taken from a live runtime's bindings, ``Runtime.bound_accesses``), not from the
+    analysis, so the check covers the analysis, the arena plan and the bindings together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from sbrs.compile.units import BoundaryTensor, UnitLayout, UnitPlan
+from sbrs.errors import SbrsRuntimeError
+
+if TYPE_CHECKING:  # planning (sbrs.memory) happens when an app is compiled, not when a build is run
+    from sbrs.memory import Live
+
+TRANSITION_MODES: tuple[str, ...] = ("sbrs-tp", "naive")
+
+#: One arena byte range a step touches: (tensor id, start, end), end exclusive.
+Range = tuple[str, int, int]
+
+
+@dataclass(frozen=True)
+class StepAccess:
+    """The arena bytes step φ^s_i touches: the unit it calls, what it reads and what it writes."""
+
+    unit: str
+    reads: tuple[Range, ...]
+    writes: tuple[Range, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"unit": self.unit, "reads": [list(r) for r in self.reads], "writes": [list(r) for r in self.writes]}
+
+
+def _overlap(a: Range, b: Range) -> bool:
+    return a[1] < b[2] and b[1] < a[2]
+
+
+def accesses_conflict(a: StepAccess, b: StepAccess) -> bool:
+    """True when ``a`` and ``b`` touch an overlapping byte and at least one of them writes it (RAW, WAR, WAW)."""
+    for write in a.writes:
+        if any(_overlap(write, other) for other in (*b.reads, *b.writes)):
+            return True
+    return any(_overlap(write, read) for write in b.writes for read in a.reads)
+
+
+def step_accesses(plan: UnitPlan, scenario: str, offsets: Mapping[str, int] | None = None) -> tuple[StepAccess, ...]:
+    """Each step's arena accesses for ``scenario`` from the plan's offsets (module docstring, "Steps");
+    ``offsets`` replaces them (the shadow slots of ``plan_shadow``)."""
+    tensors = {t.id: t for t in plan.tensors}
+    units = {u.id: u for u in plan.units}
+
+    def span(tensor_id: str) -> Range:
+        tensor: BoundaryTensor = tensors[tensor_id]
+        offset = tensor.offset if offsets is None else offsets[tensor_id]
+        return (tensor_id, offset, offset + tensor.nbytes)
+
+    calls = plan.sequences[scenario]
+    result: list[StepAccess] = []
+    for index, unit_id in enumerate(calls):
+        unit = units[unit_id]
+        reads = [span(t) for t in unit.input_tensors[scenario]]
+        writes = [span(t) for t in unit.outputs]
+        if index == 0:  # copying the frame in belongs to step 1
+            writes.extend(span(t) for t in plan.inputs[scenario].values())
+        if index == len(calls) - 1:  # copying the outputs out belongs to the last step
+            reads.extend(span(t) for t in plan.outputs[scenario].values())
+        result.append(StepAccess(unit_id, tuple(reads), tuple(writes)))
+    return tuple(result)
+
+
+def hazard_waits(old: Sequence[StepAccess], new: Sequence[StepAccess]) -> tuple[int, ...]:
+    """``wait_i`` = the last old step (1-based) whose accesses conflict with new step i's, 0 when none."""
+    return tuple(max((j for j, step in enumerate(old, 1) if accesses_conflict(step, target)), default=0)
+                 for target in new)
+
+
+def algorithm6(old: Sequence[StepAccess], new: Sequence[StepAccess], *, bytes_hazards: bool = True) -> tuple[int, ...]:
+    """Algorithm 6 (lines 1-11) over unit calls: the minimum delays X^{o→n} of the new steps, 1-based old steps.
+
+    Lines 4-8 delay step i past every old step j that "shares a reused layer" with it: here the same unit
+    (``bytes_hazards=False``, the thesis verbatim) or, by default, overlapping arena bytes with a write (module
+    docstring). Line 1 starts ``x`` at 0, so the thesis' x_1 ≥ 0; line 10 adds the lock-step ``+1``.
+    """
+    table: list[int] = []
+    x = 0
+    for target in new:
+        for j, step in enumerate(old, 1):
+            clash = accesses_conflict(step, target) if bytes_hazards else step.unit == target.unit
+            if clash and j >= x:
+                x = j
+        table.append(x)
+        x += 1
+    return tuple(table)
+
+
+@dataclass(frozen=True)
+class PairTable:
+    """The transition tables of one ordered pair o → n (all 1-based old step indices, one entry per new step).
+
+    ``x``: Algorithm 6 with byte hazards (what the lock-step Algorithm 7 would use); ``wait``: the hazard-only
+    waits the runtime executes (module docstring); ``thesis_x``: Algorithm 6 verbatim (same unit), unsafe.
+    """
+
+    old: str
+    new: str
+    old_steps: int
+    x: tuple[int, ...]
+    wait: tuple[int, ...]
+    thesis_x: tuple[int, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.old}->{self.new}"
+
+    def overlap_steps(self, ssr_step: int = 1) -> int:
+        """New steps that may start before the old frame ends when the SSR arrives at old step ``ssr_step``.
+
+        New steps run in order, so step i waits for every earlier new step's wait as well (the running
+        maximum of ``wait``): one that must wait for the whole old frame holds back all after it."""
+        count, waited = 0, ssr_step
+        for wait in self.wait:
+            waited = max(waited, wait)
+            count += waited < self.old_steps
+        return count
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"old": self.old, "new": self.new, "old_steps": self.old_steps, "x": list(self.x),
+                "wait": list(self.wait), "thesis_x": list(self.thesis_x)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PairTable:
+        return cls(str(data["old"]), str(data["new"]), int(data["old_steps"]), tuple(map(int, data["x"])),
+                   tuple(map(int, data["wait"])), tuple(map(int, data["thesis_x"])))
+
+
+@dataclass(frozen=True)
+class TransitionPlan:
+    """X^{o→n} for every ordered pair of a ``UnitPlan`` (thesis: stored in the control node), JSON-able.
+
+    ``arena`` says how the plan's arena was laid out: ``shared`` (scenario timelines only, the normal plan) or
+    ``apart`` (``plan_apart``: tensors that overlap during transitions kept apart).
+    """
+
+    app: str
+    granularity: str
+    arena: str
+    arena_bytes: int
+    pairs: Mapping[str, PairTable]
+    shadow: Mapping[str, int] | None = None  # tensor id → offset of its shadow slot (arena ``shadow``)
+
+    def table(self, old: str, new: str) -> PairTable:
+        return self.pairs[f"{old}->{new}"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"app": self.app, "granularity": self.granularity, "arena": self.arena,
+                "arena_bytes": self.arena_bytes, "pairs": {key: t.to_dict() for key, t in self.pairs.items()},
+                "shadow": None if self.shadow is None else dict(self.shadow)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TransitionPlan:
+        shadow = data.get("shadow")
+        return cls(str(data["app"]), str(data["granularity"]), str(data["arena"]), int(data["arena_bytes"]),
+                   {key: PairTable.from_dict(t) for key, t in data["pairs"].items()},
+                   None if shadow is None else {str(k): int(v) for k, v in shadow.items()})
+
+    def accesses(self, plan: UnitPlan) -> tuple[dict[str, tuple[StepAccess, ...]], dict[str, tuple[StepAccess, ...]]]:
+        """(old-frame accesses, new-frame accesses) per scenario: the new frame of a transition runs in the
+        shadow slots when the arena is ``shadow``."""
+        old = {s: step_accesses(plan, s) for s in plan.scenarios}
+        new = old if self.shadow is None else {s: step_accesses(plan, s, self.shadow) for s in plan.scenarios}
+        return old, new
+
+
+def build_transition_plan(plan: UnitPlan, *, arena: str = "shared",
+                          shadow: Mapping[str, int] | None = None) -> TransitionPlan:
+    """Algorithm 6 for every ordered pair o ≠ n of ``plan`` (design/build time; run-time only looks tables up).
+
+    With ``shadow`` (``plan_shadow``) the new frame's accesses are those of the shadow slots.
+    """
+    accesses = {s: step_accesses(plan, s) for s in plan.scenarios}
+    new_accesses = accesses if shadow is None else {s: step_accesses(plan, s, shadow) for s in plan.scenarios}
+    pairs: dict[str, PairTable] = {}
+    for old in plan.scenarios:
+        for new in plan.scenarios:
+            if old == new:
+                continue
+            a, b = accesses[old], new_accesses[new]
+            pairs[f"{old}->{new}"] = PairTable(old, new, len(a), algorithm6(a, b), hazard_waits(a, b),
+                                               algorithm6(a, b, bytes_hazards=False))
+    return TransitionPlan(plan.app, plan.granularity, arena, plan.arena_bytes, pairs,
+                          None if shadow is None else dict(shadow))
+
+
+# -- the checker ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hazard:
+    """A pair of steps the schedule may run at once (or new before old) that touch the same bytes."""
+
+    old: str
+    new: str
+    ssr_step: int
+    old_step: int
+    new_step: int
+    detail: str
+
+
+def check_schedule(accesses: Mapping[str, Sequence[StepAccess]], waits: Mapping[str, Sequence[int]],
+                   *, new_accesses: Mapping[str, Sequence[StepAccess]] | None = None, limit: int = 20) -> list[Hazard]:
+    """Prove a transition table safe (module docstring, "What check_schedule proves"); the hazards found.
+
+    ``accesses[s]`` are scenario s's steps, ``waits["o->n"]`` the old step each new step waits for,
+    ``new_accesses`` the steps of a transition's new frame when they differ (shadow slots). Enumerates every
+    ordered pair and every SSR step; at most ``limit`` hazards are reported.
+    """
+    hazards: list[Hazard] = []
+    new_accesses = accesses if new_accesses is None else new_accesses
+    for old, old_steps in accesses.items():
+        for new, new_steps in new_accesses.items():
+            if old == new:
+                continue
+            table = waits[f"{old}->{new}"]
+            if len(table) != len(new_steps):
+                raise SbrsRuntimeError(f"transition table {old}->{new} has {len(table)} entries for "
+                                       f"{len(new_steps)} steps")
+            for ssr in range(1, len(old_steps) + 1):
+                # happens-before: new step i starts after old steps 1..after[i]; the new chain is ordered, so
+                # new step i is also after everything new steps 1..i-1 waited for.
+                after = 0
+                for i, new_step in enumerate(new_steps, 1):
+                    after = max(after, table[i - 1], ssr)
+                    for j in range(after + 1, len(old_steps) + 1):
+                        if accesses_conflict(old_steps[j - 1], new_step):
+                            hazards.append(Hazard(old, new, ssr, j, i, _describe(old_steps[j - 1], new_step)))
+                            if len(hazards) >= limit:
+                                return hazards
+    return hazards
+
+
+def _describe(a: StepAccess, b: StepAccess) -> str:
+    for ra in (*a.reads, *a.writes):
+        for rb in (*b.reads, *b.writes):
+            if _overlap(ra, rb):
+                return (f"old {a.unit} touches {ra[0]} [{ra[1]}, {ra[2]}), "
+                        f"new {b.unit} touches {rb[0]} [{rb[1]}, {rb[2]})")
+    return "conflict"
+
+
+def check_plan_transitions(plan: UnitPlan, transitions: TransitionPlan, *, table: str = "wait") -> list[Hazard]:
+    """``check_schedule`` for ``plan``'s own accesses and ``transitions``' ``table`` (``wait``, ``x``, ``thesis_x``)."""
+    old, new = transitions.accesses(plan)
+    waits = {key: getattr(t, table) for key, t in transitions.pairs.items()}
+    return check_schedule(old, waits, new_accesses=new)
+
+
+# -- planning transition-overlapping tensors apart ---------------------------------------------------------
+
+
+def plan_shadow(plan: UnitPlan) -> tuple[UnitPlan, dict[str, int]]:
+    """Shadow slots: the new frame of a transition runs in its own copy of its tensors, placed apart.
+
+    Tensors that *are* the same for both frames (the frame-input slot every scenario shares, the outputs of a
+    unit both scenarios call) make hazards no offset can remove: with them the new frame's first and last
+    steps wait for the old frame almost always. So every boundary tensor t gets a shadow block ``~t``; the
+    new frame of a transition is bound to the shadows (its own IOBindings, the same sessions), later frames
+    to the normal slots. The arena problem gets, per scenario n, a timeline ``n~`` with the shadows' lives as
+    on n, and per ordered pair o → n a timeline ``o->n:old`` with the lives of the tensors old steps 2..|φ^o|
+    touch and of o's outputs (read by the copy-out after step |φ^o|); ``{o->n:old, n~}`` is a concurrent
+    set (the thesis' J, Algorithm 8 lines 9-11), so no shadow of n shares a byte with an old tensor still to
+    be touched after an SSR at old step 1 or later. Shadows may
+    share bytes with n's own normal tensors (never live at once) and with each other as on n.
+
+    Returns the plan with the new offsets and arena size, and the shadow offsets. Cost: measured by
+    ``sbrs bench --switching`` (about the sum of two scenarios' peaks instead of the largest one).
+    """
+    from sbrs.compile.arena import arena_problem
+    from sbrs.memory import Block, Live, Problem, check_plan, lower_bound, plan_arena
+
+    layout = UnitLayout(plan.units, plan.sequences, plan.inputs, plan.outputs, {t.id: t.spec for t in plan.tensors})
+    base = arena_problem(layout, plan.alignment)
+    accesses = {s: step_accesses(plan, s) for s in plan.scenarios}
+    extra: dict[str, list[Live]] = {}
+    shadow_lives: dict[str, list[Live]] = {}
+    concurrent: set[frozenset[str]] = set(base.concurrent)
+    for block in base.blocks:
+        for live in block.lives:
+            if live.timeline in plan.sequences:
+                shadow_lives.setdefault(block.id, []).append(Live(f"{live.timeline}~", live.first, live.last))
+    for old in plan.scenarios:
+        for new in plan.scenarios:
+            if old == new:
+                continue
+            old_timeline = f"{old}->{new}:old"
+            concurrent.add(frozenset({old_timeline, f"{new}~"}))
+            for tensor, (first, last) in _tensor_times(accesses[old][1:], lambda k: k + 1).items():
+                extra.setdefault(tensor, []).append(Live(old_timeline, first, last))
+            # The old outputs until their copy-out, which follows the last old step: a request seen after that
+            # step lets the new frame run before it (``Runtime._start_transition``), also when the old frame
+            # is one step. A time after every other life on this timeline: they need not move apart.
+            after = len(accesses[old])
+            for tensor in dict.fromkeys(plan.outputs[old].values()):
+                extra.setdefault(tensor, []).append(Live(old_timeline, after, after))
+    blocks = [Block(b.id, b.size, (*b.lives, *extra.get(b.id, ()))) for b in base.blocks]
+    blocks.extend(Block(f"~{b.id}", b.size, tuple(shadow_lives[b.id])) for b in base.blocks)
+    problem = Problem(tuple(blocks), frozenset(concurrent), base.alignment)
+    arena = plan_arena(problem)
+    violations = check_plan(problem, arena)
+    if violations:
+        raise SbrsRuntimeError(f"shadow arena plan of app '{plan.app}' is unsafe: {violations[0].detail}")
+    offsets = arena.as_dict()
+    tensors = tuple(BoundaryTensor(t.id, t.shape, t.dtype, offsets[t.id]) for t in plan.tensors)
+    shadow = {t.id: offsets[f"~{t.id}"] for t in plan.tensors}
+    shadowed = replace(plan, tensors=tensors, arena_bytes=arena.arena_bytes, arena_lower_bound=lower_bound(problem),
+                       arena_strategy=f"{arena.strategy}+shadow")
+    return shadowed, shadow
+
+
+def _tensor_times(steps: Sequence[StepAccess], time_of: Any) -> dict[str, tuple[int, int]]:
+    """tensor id → (first, last) time any of ``steps`` touches it, step k (0-based) at ``time_of(k)``."""
+    spans: dict[str, tuple[int, int]] = {}
+    for k, step in enumerate(steps):
+        t = time_of(k)
+        for tensor, _, _ in (*step.reads, *step.writes):
+            first, last = spans.get(tensor, (t, t))
+            spans[tensor] = (min(first, t), max(last, t))
+    return spans

@@ -1,0 +1,251 @@
+"""``sbrs build --memory-limit``: the buffers reduction of an app (thesis Algorithm 9 over Algorithm 10), saved.
+
+:func:`reduce_app` runs Algorithm 9 for an app's scenarios: lines 1-5 exit early when the unreduced plan
+(parameters plus the Algorithm 8 / arena buffers of ``sbrs.plan``) fits ``M^c``; otherwise the seeded NSGA-II
+search of :func:`sbrs.reduction.reduce_buffers` chooses band heights per layer under a cost model:
+
+- ``analytic``: :class:`~sbrs.reduction.cost.AnalyticCostModel` (no measuring);
+- ``measured``: the table of :mod:`sbrs.compile.costs`, measured on this machine on the first build and
+  cached;
+- ``auto`` (default): the cached measured table when there is one, else the analytic model.
+
+Per-scenario minimum throughputs ``T^c_n`` come from ``--min-fps NAME=FPS`` or ``--min-fps-ratio R`` (every
+scenario at least ``R`` times its own unreduced fps under the same cost model). The declared
+``characteristics.fps`` of app.yaml are figures of the platform the designer measured on, not requirements,
+so they are not used.
+
+The result (chosen band heights, phases Φ of every layer, the Pareto front, the figures of the chosen
+configuration, the arena of the calls :mod:`sbrs.compile.parts` compiles) is saved in the plan file
+(``AppPlan.reduction``, under the plan's checksum and app fingerprint); :func:`load_reduction` and
+:func:`load_reduction_strategy` read it back for ``sbrs.compile.parts_plan.reduced_plan``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sbrs.compile.parts import compile_parts, executable_bands
+from sbrs.errors import InputError
+from sbrs.memory import buffers_reuse, check_plan, lower_bound
+from sbrs.model.fold import fold_model
+from sbrs.reduction import AnalyticCostModel, CostModel, GaParams, ReductionResult, plan_reduction, reduce_buffers
+from sbrs.reduction.cost import model_fps
+from sbrs.reduction.phases import full_bands
+
+if TYPE_CHECKING:
+    from sbrs.app.app import App
+    from sbrs.memory import AppPlan
+
+__all__ = ["COST_MODELS", "app_reduction", "load_reduction", "load_reduction_strategy", "reduce_app"]
+
+COST_MODELS: tuple[str, ...] = ("auto", "analytic", "measured")
+
+Progress = Callable[[int, int], None]
+
+
+def _cost_model(models: Mapping[str, Any], kind: str, candidates: tuple[int, ...],
+                progress: Progress | None) -> tuple[CostModel, str]:
+    if kind not in COST_MODELS:
+        raise InputError(f"unknown cost model '{kind}' (allowed: {', '.join(COST_MODELS)})", field="--cost")
+    if kind == "analytic":
+        return AnalyticCostModel(), "analytic"
+    from sbrs.compile.costs import cached_costs
+
+    table = cached_costs(models, candidates, measure=kind == "measured", progress=progress)
+    if table is None:
+        return AnalyticCostModel(), "analytic (no measured table cached; build once with --cost measured)"
+    return table, f"measured on {table.device}"
+
+
+def reduce_app(app: App, plan: AppPlan, memory_limit: int, *, min_fps: Mapping[str, float] | None = None,
+               min_fps_ratio: float | None = None, cost: str = "auto", params: GaParams | None = None,
+               progress: Progress | None = None) -> dict[str, Any]:
+    """Algorithm 9 for ``app`` under ``memory_limit`` bytes; the ``"reduction"`` object of ``sbrs build --json``.
+
+    Raises ``InputError`` for unknown scenarios in ``min_fps`` and when no configuration reaches the memory
+    limit (the message names the smallest figure reached). Failing fps constraints are listed in
+    ``violations`` (the caller decides the exit status).
+    """
+    models = {s: fold_model(m) for s, m in app.models.items()}  # conv→BN→activation as one layer
+    params = params or GaParams()
+    min_fps = {str(k): float(v) for k, v in (min_fps or {}).items()}
+    unknown = sorted(set(min_fps) - set(models))
+    if unknown:
+        raise InputError(f"--min-fps names unknown scenario(s) {', '.join(unknown)} (scenarios: "
+                         f"{', '.join(models)})", field="min_fps")
+    unreduced_total = plan.memory.params_bytes + plan.memory.arena_bytes
+    early = unreduced_total <= memory_limit  # Algorithm 9, lines 1-5, on the app's own (MoC) plan
+    cost_model, cost_name = (AnalyticCostModel(), "analytic") if early else _cost_model(
+        models, cost, params.candidates, progress)
+    if min_fps_ratio is not None:
+        for scenario, model in models.items():
+            min_fps.setdefault(scenario, min_fps_ratio * model_fps(model, full_bands(model), cost_model))
+    result = reduce_buffers(models, memory_limit=None if early else memory_limit, min_fps=min_fps, cost=cost_model,
+                            params=params, progress=None if early else progress)
+    figures = _figures(models, result, cost_model)
+    if early:
+        figures.update(arena_bytes=plan.memory.arena_bytes, reuse_bytes=plan.memory.reuse_bytes,
+                       lower_bound_bytes=plan.memory.lower_bound_bytes,
+                       memory_bytes=unreduced_total)
+    return {
+        "early_exit": early,
+        "feasible": result.feasible,
+        "violations": list(result.violations),
+        "memory_limit_bytes": memory_limit,
+        "min_fps": dict(result.min_fps),
+        "cost_model": cost_name,
+        "seed": result.seed,
+        "evaluations": result.evaluations,
+        "generations": result.generations,
+        "phases": result.phases,
+        "band_rows": {s: {n: b for n, b in bands.items() if b < _height(models[s], n)}
+                      for s, bands in result.band_rows.items()},
+        "cuts": {s: list(c) for s, c in result.cuts.items()},
+        "tiles": {s: [[list(g), b] for g, b in t] for s, t in result.tiles.items()},
+        "pareto": [p.to_dict() for p in result.pareto],
+        "chosen": result.chosen.to_dict(),
+        "unreduced": result.unreduced.to_dict(),
+        "figures": figures,
+    }
+
+
+def _height(model: Any, layer: str) -> int:
+    from sbrs.reduction.rows import layer_height
+
+    return layer_height(model.layer(layer))
+
+
+def _figures(models: Mapping[str, Any], result: ReductionResult, cost: CostModel) -> dict[str, Any]:
+    """Buffer figures of the chosen configuration (Algorithm 10) and of its executor's arena, both checked."""
+    reduced = plan_reduction(models, result.band_rows, cost=cost, cuts=result.cuts, tiles=result.tiles)
+    problems = check_plan(reduced.problem, reduced.arena)
+    if problems:
+        raise InputError(f"internal error: the reduced plan is invalid: {problems[0]}")
+    runnable = {s: executable_bands(m, result.band_rows.get(s, {})) for s, m in models.items()}
+    parts = compile_parts(models, runnable, cuts=result.cuts, tiles=result.tiles)
+    return {
+        "params_bytes": reduced.params_bytes,
+        "arena_bytes": reduced.arena.arena_bytes,
+        "reuse_bytes": buffers_reuse(reduced.problem, aligned=True).total,
+        "lower_bound_bytes": lower_bound(reduced.problem),
+        "memory_bytes": reduced.memory_bytes,
+        "fps_estimate": dict(reduced.fps),
+        "executor_arena_bytes": parts.arena_bytes,
+        "executor_calls": {s: len(p.calls) for s, p in parts.scenarios.items()},
+    }
+
+
+def app_reduction(app: App) -> Mapping[str, Any]:
+    """The buffer reduction of ``app`` for its ``memory_limit_mb``: the one saved in its plan file
+    (``sbrs build``) when that is current and made for this limit, else Algorithm 9 run now with
+    ``sbrs build``'s defaults (``reduce_app``; an unreachable limit is an ``InputError``)."""
+    from sbrs.memory import build_plan, default_plan_path, load_plan
+
+    assert app.config.memory_limit_mb is not None
+    limit = int(app.config.memory_limit_mb * 1e6)
+    try:
+        saved = load_plan(default_plan_path(app), app).reduction
+    except InputError:
+        saved = None
+    if saved is not None and int(saved["memory_limit_bytes"]) == limit:
+        return saved
+    return reduce_app(app, build_plan(app), limit)
+
+
+def load_reduction(path: str | Path, app: App) -> dict[str, dict[str, int]]:
+    """The band heights chosen by ``sbrs build --memory-limit`` for ``app``, from its saved plan at ``path``
+    (``sbrs.plan.load_plan`` refuses a stale or modified plan)."""
+    from sbrs.memory import load_plan
+
+    reduction = load_plan(path, app).reduction
+    if reduction is None:
+        raise InputError("the plan has no buffer reduction (run `sbrs build APP.yaml --memory-limit MB`)",
+                         file=str(path))
+    return {str(s): {str(n): int(b) for n, b in layers.items()} for s, layers in reduction["band_rows"].items()}
+
+
+def load_reduction_strategy(path: str | Path, app: App) -> dict[str, Any]:
+    """The partition cuts and tile groups chosen with the band heights of :func:`load_reduction`, as
+    ``{"cuts": ..., "tiles": ...}`` (the ``strategy`` of ``sbrs.compile.parts_plan.reduced_plan``, keyword
+    arguments of ``compile_parts`` and ``ReducedRuntime.from_models``); empty for an older plan."""
+    from sbrs.memory import load_plan
+
+    reduction = load_plan(path, app).reduction or {}
+    return {"cuts": {str(s): tuple(str(t) for t in c) for s, c in reduction.get("cuts", {}).items()},
+            "tiles": {str(s): tuple((tuple(str(n) for n in g), int(b)) for g, b in t)
+                      for s, t in reduction.get("tiles", {}).items()}}
+
+
+def progress_printer(stream: Any) -> Progress:
+    """A progress callback for the GA on ``stream`` (stderr): a bar on a terminal, else a percentage per line."""
+    tty = bool(getattr(stream, "isatty", lambda: False)())
+    state = {"last": -1}
+
+    def show(done: int, total: int) -> None:
+        percent = 100 * done // max(total, 1)
+        if tty:
+            filled = percent * 30 // 100
+            stream.write(f"\rreduction: [{'#' * filled}{'.' * (30 - filled)}] {done}/{total} generations")
+            if done >= total:
+                stream.write("\n")
+        elif percent != state["last"]:
+            stream.write(f"reduction: {percent}%\n")
+        state["last"] = percent
+        stream.flush()
+
+    return show
+
+
+def parse_min_fps(items: list[str] | None) -> dict[str, float]:
+    """``["NAME=FPS", ...]`` of ``--min-fps`` as a mapping (a malformed item is an ``InputError``)."""
+    result: dict[str, float] = {}
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        try:
+            fps = float(value)
+        except ValueError:
+            fps = -1.0
+        if not sep or not name or fps < 0:
+            raise InputError(f"--min-fps '{item}': expected SCENARIO=FPS with FPS >= 0", field="--min-fps")
+        result[name] = fps
+    return result
+
+
+def format_reduction(reduction: Mapping[str, Any]) -> str:
+    """The human-readable reduction section of ``sbrs build`` (chosen configuration and Pareto front)."""
+    mb = 1e6
+    figures = reduction["figures"]
+    limit = reduction["memory_limit_bytes"]
+    if reduction["early_exit"]:
+        return (f"buffers reduction (Algorithm 9): parameters plus buffers {figures['memory_bytes'] / mb:.2f} MB fit "
+                f"the limit {limit / mb:.2f} MB without processing by parts (lines 1-5)")
+    chosen = reduction["chosen"]
+    lines = [f"buffers reduction (Algorithm 9, NSGA-II, seed {reduction['seed']}, {reduction['evaluations']} "
+             f"configurations, cost model {reduction['cost_model']}), limit {limit / mb:.2f} MB:"]
+    banded = {s: len(b) for s, b in reduction["band_rows"].items()}
+    unreduced = reduction["unreduced"]["memory_bytes"] / mb
+    lines.append(f"chosen: {chosen['memory_bytes'] / mb:.2f} MB = parameters {chosen['params_bytes'] / mb:.2f} + "
+                 f"buffers {chosen['arena_bytes'] / mb:.2f} MB (unreduced {unreduced:.2f} MB); layers by parts: "
+                 + ", ".join(f"{s} {n}" for s, n in banded.items())
+                 + "".join(f"; {s}: {len(c)} partition cuts" for s, c in reduction.get("cuts", {}).items())
+                 + "".join(f"; {s}: {len(t)} tiled groups" for s, t in reduction.get("tiles", {}).items()))
+    lines.append(f"executor arena (line buffers and band boundaries): {figures['executor_arena_bytes'] / mb:.2f} MB; "
+                 "calls per frame: " + ", ".join(f"{s} {n}" for s, n in figures["executor_calls"].items()))
+    scenarios = list(chosen["fps"])
+    lines.append("Pareto front: " + f"{'memory MB':>10} {'buffers MB':>10} " +
+                 " ".join(f"{s[:14] + ' fps':>18}" for s in scenarios))
+    front = reduction["pareto"]
+    shown = sorted({0, len(front) - 1, *range(0, len(front), max(1, len(front) // 10))} |
+                   {i for i, p in enumerate(front) if p == chosen})
+    for index in shown:
+        point = front[index]
+        mark = "*" if point == chosen else " "
+        lines.append(f"            {mark}{point['memory_bytes'] / mb:>10.2f} {point['arena_bytes'] / mb:>10.2f} " +
+                     " ".join(f"{point['fps'][s]:>18.1f}" for s in scenarios))
+    if len(shown) < len(front):
+        lines.append(f"            ({len(front) - len(shown)} more points in the JSON report)")
+    for violation in reduction["violations"]:
+        lines.append(f"constraint not met: {violation}")
+    return "\n".join(lines)

@@ -1,0 +1,255 @@
+"""The compiled build: equivalence with ONNX Runtime on each scenario's own model, refusal of bad builds, and
+the lean run path (no onnx, pydantic, zoo or reduction search in the process that runs a build)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from sbrs.app import load_app
+from sbrs.artifact.read import (
+    MANIFEST,
+    OPTIMIZED_SUFFIX,
+    OPTIMIZED_WEIGHTS,
+    WEIGHTS,
+    build_dir,
+    load_build,
+)
+from sbrs.artifact.write import compile_app
+from sbrs.errors import InputError
+from sbrs.ort_env import machine_key, session_options
+from sbrs.runtime import runtime_for
+from sbrs.runtime.engine import Runtime
+from sbrs.runtime.open import open_runtime
+from tests.conftest import FORBIDDEN_FOR_UNITS, modules_a_run_loads
+
+APPS = Path(__file__).resolve().parents[2] / "apps"
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    """A copy of the tiny app with a fresh build beside it."""
+    app_path = tmp_path / "tiny.yaml"
+    shutil.copy(APPS / "tiny.yaml", app_path)
+    compile_app(load_app(app_path))
+    return app_path
+
+
+def _sbrs(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sbrs.cli", *args], capture_output=True, text=True, check=False,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("name", ["tiny", "pamap2"])
+@pytest.mark.parametrize("here", [True, False], ids=["optimised-here", "optimised-elsewhere"])
+def test_build_runs_like_onnx_runtime_on_each_scenario_model(name: str, here: bool, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the build's ONNX Runtime-optimised files were made (this machine) the runtime loads them; where
+    they were not (another CPU or onnxruntime) it loads the portable unit files; equal to ORT either way."""
+    app = load_app(APPS / f"{name}.yaml")
+    folder = tmp_path / f"{name}.build"
+    manifest = compile_app(app, folder)
+    assert manifest["weights_bytes"] > 0
+    # one weights file shared by every portable unit file, one by every optimised one, no weight stored twice
+    assert sorted(path.name for path in folder.glob("*.bin")) == sorted([WEIGHTS, OPTIMIZED_WEIGHTS])
+    units = sorted(path.name for path in folder.glob("u*.onnx") if not path.name.endswith(OPTIMIZED_SUFFIX))
+    assert units and manifest["optimized_for"] == machine_key(("CPUExecutionProvider",))
+    assert all((folder / (unit.removesuffix(".onnx") + OPTIMIZED_SUFFIX)).is_file() for unit in units)
+    # the optimised units' weights: all in the shared file, a tensor two units hold stored once
+    import onnx
+
+    references = [tuple((entry.key, entry.value) for entry in tensor.external_data)
+                  for path in folder.glob(f"*{OPTIMIZED_SUFFIX}")
+                  for tensor in onnx.load_model(str(path), load_external_data=False).graph.initializer
+                  if tensor.data_location == onnx.TensorProto.EXTERNAL]
+    assert references and all(dict(entries)["location"] == OPTIMIZED_WEIGHTS for entries in references)
+    if name == "pamap2":  # its scenarios' units repeat layers (27 references to 16 tensors)
+        assert len(set(references)) < len(references)
+    if not here:
+        monkeypatch.setattr("sbrs.ort_env.machine_key", lambda providers: "another machine")
+    loaded = load_build(app.config.path, folder)
+    assert loaded.optimized_here is here
+    build = Runtime(build=loaded)
+    assert all(session._model_path.endswith(OPTIMIZED_SUFFIX) is here for session in build._sessions.values())
+    rng = np.random.default_rng(3)
+    frame = rng.standard_normal(tuple(app.config.input.shape)).astype(app.config.input.dtype)
+    for scenario in app.config.scenarios:
+        reference = ort.InferenceSession(scenario.model_path, session_options(), providers=["CPUExecutionProvider"])
+        expected = dict(zip([o.name for o in reference.get_outputs()],
+                            reference.run(None, {reference.get_inputs()[0].name: frame}), strict=True))
+        build.switch(scenario.name)
+        got = build.infer(frame)
+        for output, value in expected.items():
+            assert np.max(np.abs(got[output] - value)) <= 1e-5 * max(1.0, float(np.max(np.abs(value))))
+    build.close()
+
+
+def test_run_uses_current_build_and_says_when_it_builds(tmp_path: Path) -> None:
+    app_path = tmp_path / "tiny.yaml"
+    shutil.copy(APPS / "tiny.yaml", app_path)
+    first = _sbrs("run", str(app_path), "--frames", "2", "--no-socket")
+    assert first.returncode == 0, first.stderr
+    assert "building" in first.stderr and (build_dir(app_path) / MANIFEST).is_file()
+    second = _sbrs("run", str(app_path), "--frames", "2", "--no-socket")
+    assert second.returncode == 0 and "building" not in second.stderr
+    def outputs(text: str) -> list[object]:
+        return [json.loads(line)["outputs"] for line in text.splitlines()]
+
+    assert outputs(first.stdout) == outputs(second.stdout)  # same seeded frames, same outputs
+
+
+def _garbage(folder: Path) -> None:
+    (folder / MANIFEST).write_bytes(b"\x00\xffnot json")
+
+
+def _truncated_manifest(folder: Path) -> None:
+    text = (folder / MANIFEST).read_bytes()
+    (folder / MANIFEST).write_bytes(text[: len(text) // 2])
+
+
+def _tampered_manifest(folder: Path) -> None:
+    manifest = json.loads((folder / MANIFEST).read_text())
+    manifest["plan"]["arena_bytes"] += 64
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+
+
+def _tampered_weights(folder: Path) -> None:
+    data = bytearray((folder / WEIGHTS).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    before = (folder / WEIGHTS).stat().st_mtime_ns
+    (folder / WEIGHTS).write_bytes(bytes(data))
+    # an edit made later than the build (the file clock may not tick within a few milliseconds)
+    os.utime(folder / WEIGHTS, ns=(before + 10**9, before + 10**9))
+
+
+def _truncated_weights(folder: Path) -> None:
+    data = (folder / WEIGHTS).read_bytes()
+    (folder / WEIGHTS).write_bytes(data[: len(data) // 2])
+
+
+def _missing_unit(folder: Path) -> None:
+    next(folder.glob("u*.onnx")).unlink()
+
+
+def _tampered_optimized_weights(folder: Path) -> None:
+    path = folder / OPTIMIZED_WEIGHTS
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    before = path.stat().st_mtime_ns
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(before + 10**9, before + 10**9))
+
+
+def _stale(folder: Path) -> None:
+    app_path = folder.with_name("tiny.yaml")
+    app_path.write_text(app_path.read_text().replace("characteristics: {accuracy: 90.0", "characteristics: "
+                                                     "{accuracy: 91.0", 1))
+
+
+@pytest.mark.parametrize("damage", [_garbage, _truncated_manifest, _tampered_manifest, _tampered_weights,
+                                    _truncated_weights, _missing_unit, _tampered_optimized_weights, _stale])
+def test_bad_build_is_refused_with_exit_2_and_one_line(tiny: Path, damage) -> None:  # type: ignore[no-untyped-def]
+    damage(build_dir(tiny))
+    with pytest.raises(InputError, match="run `sbrs build"):
+        load_build(tiny)
+    result = _sbrs("run", str(tiny), "--frames", "1", "--no-socket")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "sbrs build" in lines[0] and "Traceback" not in result.stderr
+    rebuilt = _sbrs("run", str(tiny), "--frames", "1", "--no-socket", "--rebuild")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "rebuilding" in rebuilt.stderr
+
+
+def test_touching_an_input_without_changing_it_keeps_the_build(tiny: Path) -> None:
+    tiny.write_text(tiny.read_text())  # new mtime, same bytes: the sha256 decides
+    assert load_build(tiny).config.name == "tiny"
+
+
+def test_running_a_build_imports_only_what_it_needs(tiny: Path) -> None:
+    assert modules_a_run_loads(tiny, FORBIDDEN_FOR_UNITS) == []
+
+
+def test_a_changed_model_file_makes_the_build_stale(tmp_path: Path) -> None:
+    """An app naming an ONNX file: rewriting that file with other weights makes the build stale."""
+    import onnx
+    from onnx import numpy_helper
+
+    source = load_app(APPS / "tiny.yaml").config.scenarios[0]
+    model_path = tmp_path / "model.onnx"
+    shutil.copy(source.model_path, model_path)
+    app_path = tmp_path / "one.yaml"
+    app_path.write_text("name: one\ninput: {name: input, shape: [1, 3, 32, 32], dtype: float32}\ninitial: only\n"
+                        "scenarios:\n  - {name: only, model: model.onnx, requirements: {accuracy: 1.0}}\n")
+    compile_app(load_app(app_path))
+    assert load_build(app_path).config.name == "one"
+    model = onnx.load(model_path)
+    first = model.graph.initializer[0]
+    first.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(first) + 1, first.name))
+    onnx.save(model, model_path)
+    with pytest.raises(InputError, match=r"stale: model\.onnx changed"):
+        load_build(app_path)
+
+
+def test_runtime_for_uses_a_current_build_and_falls_back_to_the_models(tiny: Path) -> None:
+    app = load_app(tiny)
+    frame = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    with runtime_for(app) as from_build, runtime_for(app, use_build=False) as in_memory:
+        assert all(str(build_dir(tiny)) in session._model_path for session in from_build._sessions.values())
+        for scenario in app.config.scenario_names:
+            from_build.switch(scenario)
+            in_memory.switch(scenario)
+            assert np.array_equal(from_build.infer(frame)["output"], in_memory.infer(frame)["output"])
+    _tampered_weights(build_dir(tiny))
+    with runtime_for(app) as fallback:
+        assert not any(str(build_dir(tiny)) in session._model_path for session in fallback._sessions.values())
+    with runtime_for(app, transition="naive") as other_options:  # the build is for sbrs-tp: compiled in memory
+        assert other_options.node.mode == "naive"
+
+
+def test_run_says_when_the_optimised_files_are_for_another_machine(tiny: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    said: list[str] = []
+    runtime, _, _ = open_runtime(tiny, say=said.append)
+    runtime.close()
+    assert said == []
+    monkeypatch.setattr("sbrs.ort_env.machine_key", lambda providers: "another machine")
+    runtime, _, _ = open_runtime(tiny, say=said.append)
+    runtime.close()
+    assert len(said) == 1 and "another machine" in said[0] and "sbrs build" in said[0]
+
+
+@pytest.mark.parametrize("failure", ["save", "flags"])
+def test_a_build_without_optimised_files_says_why_and_runs_the_portable_ones(
+        failure: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When ONNX Runtime cannot save an optimised form, or the CPU's flags cannot be read, the build keeps none
+    (not some), says why in its manifest, and runs from its portable unit files."""
+    if failure == "save":
+        def refuse(source: str, target: str, providers: tuple[str, ...]) -> None:
+            if target.startswith(str(tmp_path)) and "u2" in target:
+                raise RuntimeError("cannot serialise this node")
+            shutil.copy(source, target)  # the files made before the failure must be removed
+
+        monkeypatch.setattr("sbrs.ort_env.save_optimized", refuse)
+    else:
+        monkeypatch.setattr("sbrs.ort_env.machine_key", lambda providers: None)
+    app_path = tmp_path / "tiny.yaml"
+    shutil.copy(APPS / "tiny.yaml", app_path)
+    manifest = compile_app(load_app(app_path))
+    folder = build_dir(app_path)
+    assert manifest["optimized_for"] is None and not list(folder.glob(f"*{OPTIMIZED_SUFFIX}*"))
+    assert ("cannot serialise this node" if failure == "save" else "CPU flags") in manifest["not_optimized"]
+    said: list[str] = []
+    runtime, _, _ = open_runtime(app_path, say=said.append)
+    with runtime:
+        assert said == [] and not any(s._model_path.endswith(OPTIMIZED_SUFFIX) for s in runtime._sessions.values())
+        frame = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
+        assert runtime.infer(frame)["output"].shape == (1, 10)

@@ -1,0 +1,96 @@
+"""``sbrs build --memory-limit`` (Algorithm 9 wired in): early exit, a chosen reduction saved and run, reports, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sbrs.cli import main
+from sbrs.compile.parts_plan import reduced_plan
+from sbrs.reduction.search import load_reduction, load_reduction_strategy
+from sbrs.runtime.reduced import runtime_from_app
+from tests.runtime.conftest import References, assert_equivalent, random_frame
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = str(REPO / "apps" / "tiny.yaml")
+FAST = ["--population", "8", "--generations", "2", "--cost", "analytic"]
+
+
+def build(tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str, str]:
+    # a copy of the app: its build folder (reduced, for the limit) is written beside it, never into apps/
+    app = tmp_path / "tiny.yaml"
+    if not app.exists():
+        app.write_text(Path(TINY).read_text())
+    code = main(["build", str(app), "--plan", str(tmp_path / "tiny.plan.json"), *extra])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_loose_limit_exits_early(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = build(tmp_path, capsys, "--json", "--memory-limit", "100", *FAST)
+    assert code == 0
+    report = json.loads(out)
+    reduction = report["reduction"]
+    assert reduction["early_exit"] and reduction["feasible"] and reduction["pareto"] == [reduction["chosen"]]
+    assert all(n == 1 for phases in reduction["phases"].values() for n in phases.values())
+    assert report["arena_bytes"] == report["unreduced"]["arena_bytes"]
+
+
+def test_tight_limit_chooses_a_reduction_and_saves_it(load_example, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = build(tmp_path, capsys, "--json", "--memory-limit", "0.25", *FAST)
+    assert code == 0, err
+    report = json.loads(out)  # stdout is one JSON object; progress went to stderr
+    assert "reduction: 100%" in err
+    reduction = report["reduction"]
+    assert not reduction["early_exit"] and reduction["feasible"] and reduction["violations"] == []
+    assert set(reduction) >= {"phases", "pareto", "chosen", "band_rows", "figures"}
+    assert reduction["chosen"]["memory_bytes"] <= 250_000
+    assert report["arena_bytes"] == reduction["chosen"]["arena_bytes"] < report["unreduced"]["arena_bytes"]
+    assert report["lower_bound_bytes"] <= report["arena_bytes"]
+    assert any(n > 1 for phases in reduction["phases"].values() for n in phases.values())
+    app = load_example("tiny")
+    bands = load_reduction(tmp_path / "tiny.plan.json", app)
+    assert bands == reduction["band_rows"]
+    strategy = load_reduction_strategy(tmp_path / "tiny.plan.json", app)  # partition cuts and tile groups
+    assert set(strategy) == {"cuts", "tiles"}
+    assert {s: list(c) for s, c in strategy["cuts"].items()} == reduction["cuts"]
+    assert {s: [[list(g), b] for g, b in t] for s, t in strategy["tiles"].items()} == reduction["tiles"]
+    references = References(app)  # spot check: the chosen configuration, run for real, equals the models
+    with runtime_from_app(app, reduced_plan(app, bands, {}, strategy)) as runtime:
+        assert runtime.arena_bytes == reduction["figures"]["executor_arena_bytes"]
+        for scenario in runtime.scenarios:
+            runtime.switch(scenario)
+            frame = random_frame(app, 3)
+            assert_equivalent(runtime.infer(frame), references.outputs(scenario, frame), scenario)
+
+
+def test_text_report_prints_the_pareto_front(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = build(tmp_path, capsys, "--memory-limit", "0.25", *FAST)
+    assert code == 0
+    assert "Pareto front" in out and "chosen:" in out and "band heights are saved in the plan" in out
+
+
+def test_unreachable_limit_is_one_line_with_the_smallest_figure(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = build(tmp_path, capsys, "--json", "--memory-limit", "0.01", *FAST)
+    assert code == 2 and out == ""
+    lines = [line for line in err.splitlines() if line.startswith("sbrs:")]
+    assert len(lines) == 1 and "smallest memory" in lines[0] and "bytes" in lines[0]
+
+
+def test_min_fps_nobody_meets_names_the_constraint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = build(tmp_path, capsys, "--json", "--memory-limit", "0.25", "--min-fps", "skip=1e9", *FAST)
+    assert code == 2
+    report = json.loads(out)
+    assert any("min_fps of scenario 'skip'" in v for v in report["reduction"]["violations"])
+    assert "min_fps of scenario 'skip'" in err.splitlines()[-1] and "no configuration reaches it" in err
+
+
+@pytest.mark.parametrize("bad", [["--min-fps", "skip"], ["--min-fps", "nobody=3"], ["--memory-limit", "-1"]])
+def test_bad_options_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: list[str]) -> None:
+    args = ["--memory-limit", "0.25", *FAST] if "--memory-limit" not in bad else FAST
+    code, _, err = build(tmp_path, capsys, *args, *bad)
+    assert code == 2 and err.startswith("sbrs: error:")
