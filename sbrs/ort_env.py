@@ -196,9 +196,9 @@ def machine_key(providers: tuple[str, ...]) -> str | None:
         return None
     if not flags:
         return None
-    import hashlib
+    from sbrs.digest import sha256
 
-    digest = hashlib.sha256(flags.encode()).hexdigest()[:16]
+    digest = sha256(flags.encode()).hexdigest()[:16]
     return f"onnxruntime {ort.__version__}; {os.uname().machine}; {','.join(providers)}; cpu flags {digest}"
 
 

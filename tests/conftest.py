@@ -82,7 +82,9 @@ FORBIDDEN = ("onnx", "pydantic", "sbrs.zoo", "sbrs.reduction", "deap", "sbrs.mod
              "yaml", "sbrs.moc.derive", "sbrs.memory.arena", "sbrs.memory.app_plan", "sbrs.compile.layout",
              "sbrs.compile.parts", "sbrs.compile.unit_plan", "sbrs.reduction.search",
              # the control socket's event loop, with --no-socket
-             "asyncio", "socket", "concurrent.futures", "shutil", "sbrs.server.server")
+             "asyncio", "socket", "concurrent.futures", "shutil", "sbrs.server.server",
+             # device memory: OpenSSL's libcrypto (sbrs.digest) and numpy.random's libraries (synthetic frames)
+             "hashlib", "_hashlib", "ssl", "numpy.random")
 #: ... and what a build of execution units does not need either: the model stage's types, the runtime by parts,
 #: the parsers of the other commands (``sbrs.cli.build_parser``).
 FORBIDDEN_FOR_UNITS = (*FORBIDDEN, "sbrs.model", "sbrs.runtime.reduced", "sbrs.compile.parts_plan",
