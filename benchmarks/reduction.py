@@ -19,12 +19,12 @@ with conv→BN→activation folded into one layer (``sbrs.model.fold``, what ONN
 
 Planned memory is the model's (Eq. 2.5: unique parameters + the reduced arena of Algorithm 10, which counts
 every tensor of the folded model, including those that exist only inside one ONNX Runtime call); ``exec
-arena`` is the arena the runtime by parts (:class:`~sbrs.runtime.reduced.ReducedRuntime`) allocates
+arena`` is the arena the runtime by parts (:class:`~sbrs.runtime.engine.Runtime`) allocates
 (tensors between its calls).
 Measured memory is the resident set of a fresh process running the configuration, above the same process
 after it imported everything and built the models (so ONNX Runtime's sessions, its copies of the weights and
 its own buffers count, the Python model does not), median of ``--rss-runs``. Throughput is measured on
-``ReducedRuntime.from_models`` as a ratio to the unreduced model run as one ONNX Runtime session in the same
+``Runtime.from_models`` as a ratio to the unreduced model run as one ONNX Runtime session in the same
 process (the same runtime, one call a frame):
 blocks of frames interleaved, medians. Costs for the GA are measured once per machine and cached
 (``sbrs.compile.costs``).
@@ -52,7 +52,7 @@ from sbrs.model.fold import fold_model
 from sbrs.reduction import GaParams, plan_reduction, reduce_buffers
 from sbrs.reduction.cost import model_fps
 from sbrs.reduction.phases import full_bands
-from sbrs.runtime.reduced import ReducedRuntime
+from sbrs.runtime.engine import Runtime
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = {
@@ -88,9 +88,9 @@ def measure_ratios(models: dict[str, CnnModel], configs: dict[str, Config], roun
                    frames: int) -> dict[str, dict[str, Any]]:
     """fps ratio to the unreduced one-session model per config and scenario, interleaved, medians."""
     inputs = frames_of(models)
-    runtimes = {"unreduced": ReducedRuntime.from_models(models)}
+    runtimes = {"unreduced": Runtime.from_models(models)}
     for label, (bands, cuts, tiles) in configs.items():
-        runtimes[label] = ReducedRuntime.from_models(models, bands, cuts=cuts, tiles=tiles)
+        runtimes[label] = Runtime.from_models(models, bands, cuts=cuts, tiles=tiles)
     samples: dict[tuple[str, str], list[float]] = {}
     for _ in range(rounds):
         for scenario in models:
@@ -110,8 +110,8 @@ def measure_ratios(models: dict[str, CnnModel], configs: dict[str, Config], roun
             best = float(np.min(samples[(label, scenario)]))
             per[scenario] = {"fps": 1.0 / seconds, "ratio": base / seconds,
                              "ratio_min": float(np.min(samples[("unreduced", scenario)])) / best,
-                             "calls": len(runtime.reduced.scenarios[scenario].calls),
-                             "sessions": runtime.reduced.scenarios[scenario].sessions}
+                             "calls": len(runtime.plan.scenarios[scenario].calls),
+                             "sessions": runtime.plan.scenarios[scenario].sessions}
         result[label] = {"scenarios": per, "executor_arena_bytes": runtime.arena_bytes}
         runtime.close()
     return result
@@ -123,12 +123,12 @@ import numpy as np
 sys.path.insert(0, {repo!r})
 from benchmarks.reduction import models_of, frames_of
 from sbrs.bench.bench import resident_bytes
-from sbrs.runtime.reduced import ReducedRuntime
+from sbrs.runtime.engine import Runtime
 config = json.loads({config!r})
 models = models_of(config["case"])
 inputs = frames_of(models)
 loaded, _ = resident_bytes()
-runtime = ReducedRuntime.from_models(models, config["bands"], cuts=config["cuts"], tiles=config["tiles"])
+runtime = Runtime.from_models(models, config["bands"], cuts=config["cuts"], tiles=config["tiles"])
 for scenario in models:
     runtime.switch(scenario)
     for _ in range(3):

@@ -125,7 +125,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     from sbrs.artifact.write import compile_app
 
     manifest = compile_app(app, reduction=reduction)
-    reduced = manifest["reduced"]
+    reduced = manifest["parts"]
     report["build"] = {"folder": str(build_dir_of(app)), "execution": "units" if reduced is None else "parts",
                        "units": len(manifest["plan"]["units"]) if reduced is None else 0,
                        "call_files": sum(1 for name in manifest["files"]

@@ -87,7 +87,7 @@ FORBIDDEN = ("onnx", "pydantic", "sbrs.zoo", "sbrs.reduction", "deap", "sbrs.mod
              "hashlib", "_hashlib", "ssl", "numpy.random")
 #: ... and what a build of execution units does not need either: the model stage's types, the runtime by parts,
 #: the parsers of the other commands (``sbrs.cli.build_parser``).
-FORBIDDEN_FOR_UNITS = (*FORBIDDEN, "sbrs.model", "sbrs.runtime.reduced", "sbrs.compile.parts_plan",
+FORBIDDEN_FOR_UNITS = (*FORBIDDEN, "sbrs.model", "sbrs.compile.fit", "sbrs.compile.parts_plan",
                        "sbrs.server.client")
 
 

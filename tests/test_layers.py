@@ -28,7 +28,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
 KNOWN: frozenset[str] = frozenset({
     "sbrs.reduction.search imports sbrs.compile.parts",
     "sbrs.reduction.search imports sbrs.compile.costs",
-    "sbrs.compile.costs imports sbrs.runtime.reduced",
+    "sbrs.compile.costs imports sbrs.runtime.engine",
 })
 
 

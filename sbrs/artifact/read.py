@@ -1,4 +1,4 @@
-"""The compiled build of an app, read back and verified: what ``sbrs run`` and ``Runtime(build=...)`` start from.
+"""The compiled build of an app, read back and verified: what ``sbrs run`` and ``Runtime.from_build`` start from.
 
 ``sbrs build APP.yaml`` (``sbrs.artifact.write``) writes the folder ``APP.build/`` beside the app file:
 
@@ -10,9 +10,9 @@
 ``<unit>.onnx``
     one ONNX model per execution unit; initializers of 1 KiB or more are ONNX external data in
 ``c<key>.onnx`` (instead of units, for an app that runs by parts)
-    one ONNX model per distinct band call of the ``ReducedPlan`` the manifest holds (``reduced``: band
-    heights, line buffers with their arena offsets, the transition tables), when the app's memory limit
-    needs processing by parts (``sbrs.runtime.reduced``);
+    one ONNX model per distinct band call of the ``PartsPlan`` the manifest holds (``parts``: band
+    heights, band calls, line buffers with their arena offsets, the transition tables), when the app's
+    memory limit needs processing by parts (a build by parts has no unit plan);
 ``weights.bin``
     every distinct weight tensor once (deduplicated by content, 4 KiB-aligned), shared by all unit files.
 ``<name>.opt.onnx`` (beside each model file above, CPU apps) and ``weights.opt.bin``
@@ -49,11 +49,11 @@ from sbrs.errors import InputError
 
 if TYPE_CHECKING:
     from sbrs.app.config import AppConfig
-    from sbrs.compile.parts_plan import ReducedPlan
+    from sbrs.compile.parts_plan import PartsPlan
     from sbrs.compile.transitions import TransitionPlan
     from sbrs.compile.units import UnitPlan
 
-FORMAT = 4  # 4: a band call carries its feed flag (streamed input)
+FORMAT = 5  # 5: processing by parts as one PartsPlan (``parts``), no unit plan in a build by parts
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.bin"
 #: The file name ending of ONNX Runtime's optimised form of a model file of the build (``<stem>`` + this).
@@ -102,20 +102,24 @@ def changed_input(record: Mapping[str, Any], base: Path) -> str | None:
 
 @dataclass(frozen=True)
 class LoadedBuild:
-    """A verified build: the app's configuration, plan, tables and where its unit files are."""
+    """A verified build: the app's configuration, what it runs and where its model files are.
+
+    A build of execution units has ``plan`` (with ``shadow`` slots under SBRS-TP) and ``transitions``; a build
+    by parts has ``parts`` (its band calls, line buffers and tables) instead, and neither of the others.
+    """
 
     folder: Path
     config: AppConfig
-    plan: UnitPlan
+    plan: UnitPlan | None
     shadow: Mapping[str, int] | None
-    transitions: TransitionPlan
+    transitions: TransitionPlan | None
     model_bytes: Mapping[str, int]
     scenario_memory_mb: Mapping[str, float]
     granularity: str
     transition: str
     transition_arena: str
     memory_limit_bytes: int | None = None
-    reduced: ReducedPlan | None = None  # band calls instead of units (the app runs by parts)
+    parts: PartsPlan | None = None  # band calls instead of units (the app runs by parts)
     optimized_for: str | None = None  # the machine its ONNX Runtime-optimised files are for (None: none made)
     optimized_here: bool = False  # ... and it is this one: the runtime loads those
 
@@ -129,10 +133,18 @@ class LoadedBuild:
     def unit_path(self, unit_id: str) -> str:
         return self.model_path(f"{unit_id}.onnx")
 
+    def units(self) -> tuple[UnitPlan, TransitionPlan]:
+        """The unit plan and its tables; ``InputError`` for a build by parts, which has none."""
+        if self.plan is None or self.transitions is None:
+            raise InputError("the build runs by parts (band calls, not units): open it with "
+                             "sbrs.runtime_for(APP.yaml) or Runtime.from_build", file=str(self.folder),
+                             field="build")
+        return self.plan, self.transitions
+
     def matches(self, granularity: str | None, transition: str, transition_arena: str) -> bool:
         """Whether runtime options ask for what this build was compiled for. A build by parts runs either
-        transition mode on its one arena whatever the granularity asked (``ReducedRuntime``)."""
-        if self.reduced is not None:
+        transition mode on its one arena whatever the granularity asked."""
+        if self.parts is not None:
             return True
         return ((granularity is None or granularity == self.granularity) and transition == self.transition
                 and transition_arena == self.transition_arena)
@@ -189,18 +201,20 @@ def load_build(app_path: str | Path, folder: Path | None = None) -> LoadedBuild:
     manifest = verify_build(folder, app_path)
     try:
         options = manifest["options"]
-        reduced = manifest["reduced"]
-        if reduced is not None:  # the band calls' plan (only a build by parts loads that module)
-            from sbrs.compile.parts_plan import ReducedPlan
+        parts = manifest["parts"]
+        if parts is not None:  # the band calls' plan (only a build by parts loads that module)
+            from sbrs.compile.parts_plan import PartsPlan
 
-            reduced = ReducedPlan.from_dict(reduced)
+            parts = PartsPlan.from_dict(parts)
+        plan, transitions = manifest["plan"], manifest["transitions"]
         build = LoadedBuild(
-            folder=folder, config=config_from_dict(manifest["config"]), plan=UnitPlan.from_dict(manifest["plan"]),
-            shadow=manifest["shadow"], transitions=TransitionPlan.from_dict(manifest["transitions"]),
+            folder=folder, config=config_from_dict(manifest["config"]),
+            plan=None if plan is None else UnitPlan.from_dict(plan), shadow=manifest["shadow"],
+            transitions=None if transitions is None else TransitionPlan.from_dict(transitions),
             model_bytes=manifest["model_bytes"], scenario_memory_mb=manifest["scenario_memory_mb"],
             granularity=options["granularity"], transition=options["transition"],
             transition_arena=options["transition_arena"], memory_limit_bytes=manifest["memory_limit_bytes"],
-            reduced=reduced,
+            parts=parts,
             optimized_for=manifest["optimized_for"], optimized_here=optimized_here(manifest))
     except (KeyError, TypeError, ValueError, AttributeError):
         raise refuse(folder, app_path, f"{MANIFEST} lacks fields of a build (damaged)") from None

@@ -183,12 +183,12 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
 
     ``reduction`` (``sbrs.reduction.search.reduce_app``'s result for a memory limit): unless Algorithm 9
     exited early (the unreduced plan fits), the build holds band calls (``sbrs.compile.parts_plan``)
-    instead of execution units: one ``c<key>.onnx`` per distinct call model and the ``ReducedPlan`` in the
-    manifest.
+    instead of execution units: one ``c<key>.onnx`` per distinct call model and the ``PartsPlan`` in the
+    manifest (and no unit plan).
     The limit is recorded either way (``memory_limit_bytes``), so a run can tell a build made for another.
     """
+    from sbrs.compile.fit import scenario_memory_mb as parts_memory_mb
     from sbrs.compile.layout import unit_model
-    from sbrs.compile.parts_plan import scenario_memory_mb as reduced_memory_mb
     from sbrs.compile.transitions import build_transition_plan, plan_shadow
     from sbrs.compile.unit_plan import build_unit_plan
     from sbrs.moc import derive_moc
@@ -197,36 +197,39 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
     folder = folder or build_dir(app.config.path)
     mode = app.config.runtime.transition
     arena = "shadow" if mode == "sbrs-tp" else "shared"
-    moc = derive_moc(app.models, app.config.adaptive)
-    plan = build_unit_plan(app, None, moc, transition=mode)
-    specs = {t.id: t.spec for t in plan.tensors}
-    shadow: Mapping[str, int] | None = None
-    run_plan = plan
-    if arena == "shadow":
-        run_plan, shadow = plan_shadow(plan)
-        limit = None if reduction is None else int(reduction["memory_limit_bytes"])
-        if limit is not None and params_bytes(app.models.values()) + run_plan.arena_bytes > limit:
-            arena, run_plan, shadow = "shared", plan, None  # the shadow slots would break the memory limit
-    transitions = build_transition_plan(run_plan, arena=arena, shadow=shadow)
-    reduced = None
+    parts = None
     if reduction is not None and not reduction["early_exit"]:
-        from sbrs.compile.parts_plan import fit_reduction
+        from sbrs.compile.fit import fit_parts
 
-        reduced = fit_reduction(app, reduction)
+        parts = fit_parts(app, reduction)
+    moc = plan = run_plan = shadow = transitions = None
+    if parts is None:
+        moc = derive_moc(app.models, app.config.adaptive)
+        plan = build_unit_plan(app, None, moc, transition=mode)
+        run_plan = plan
+        if arena == "shadow":
+            run_plan, shadow = plan_shadow(plan)
+            limit = None if reduction is None else int(reduction["memory_limit_bytes"])
+            if limit is not None and params_bytes(app.models.values()) + run_plan.arena_bytes > limit:
+                arena, run_plan, shadow = "shared", plan, None  # the shadow slots would break the memory limit
+        transitions = build_transition_plan(run_plan, arena=arena, shadow=shadow)
 
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
         weights = _WeightsFile(staging / WEIGHTS)
         try:
-            if reduced is None:
+            if parts is None:
+                assert plan is not None and moc is not None
+                specs = {t.id: t.spec for t in plan.tensors}
                 for unit in plan.units:
                     model = unit_model(app.models, moc, unit, specs, app.name, initializer=weights.tensor)
                     onnx.save_model(model, str(staging / f"{unit.id}.onnx"))
             else:
-                from sbrs.compile.parts_plan import call_file, call_models
+                from sbrs.compile.parts import call_models
+                from sbrs.compile.parts_plan import call_file
 
-                for key, model in call_models(app.models, reduced).items():
+                for key, model in call_models(app.models, parts).items():
                     weights.externalise(model)
                     onnx.save_model(model, str(staging / call_file(key)))
         finally:
@@ -238,16 +241,17 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
             "format": FORMAT, "sbrs": __version__, "app": app.name,
             "inputs": [input_record(path, folder.parent) for path in input_files(app)],
             "options": {"granularity": plan.granularity, "transition": mode, "transition_arena": arena}
-            if reduced is None else {"granularity": "parts", "transition": mode, "transition_arena": "shared"},
+            if plan is not None else {"granularity": "parts", "transition": mode, "transition_arena": "shared"},
             "config": app.config.to_dict(),
-            "plan": run_plan.to_dict(), "shadow": dict(shadow) if shadow is not None else None,
-            "transitions": transitions.to_dict(),
+            "plan": None if run_plan is None else run_plan.to_dict(),
+            "shadow": dict(shadow) if shadow is not None else None,
+            "transitions": None if transitions is None else transitions.to_dict(),
             "model_bytes": {"params_bytes": params_bytes(app.models.values()),
                             "naive_bytes": sum(naive_buffer_bytes(m) for m in app.models.values())},
-            "scenario_memory_mb": scenario_memory_mb(app, plan) if reduced is None else
-            reduced_memory_mb(reduced, {name: params_bytes([m]) for name, m in app.models.items()}),
+            "scenario_memory_mb": scenario_memory_mb(app, plan) if plan is not None else
+            parts_memory_mb(parts, {name: params_bytes([m]) for name, m in app.models.items()}),
             "memory_limit_bytes": None if reduction is None else int(reduction["memory_limit_bytes"]),
-            "reduced": None if reduced is None else reduced.to_dict(),
+            "parts": None if parts is None else parts.to_dict(),
             "weights_bytes": (staging / WEIGHTS).stat().st_size,
             "optimized_for": optimized_for,
             "not_optimized": not_optimized,

@@ -66,7 +66,7 @@ def measure_throughput(app_path: str, *, frames: int, repeats: int, granularity:
     rng = np.random.default_rng(0)
     frame = rng.standard_normal(app.config.input.shape).astype(app.config.input.dtype)
     scenarios: dict[str, Any] = {}
-    facts = runtime.facts()  # units or band calls (``sbrs.runtime.reduced``): the same figures
+    facts = runtime.facts()  # units or band calls (``sbrs.runtime.engine``): the same figures
     with runtime:
         for scenario in app.config.scenarios:
             session = create_session(scenario.model_path, runtime.providers, threads=runtime.thread_pool.count)
@@ -361,7 +361,7 @@ def _sbrs_delay(runtime: Any, old: str, new: str, frame: np.ndarray, delay_s: fl
                 internal = result.switch.response_delay_s if result.switch is not None else float("nan")
                 return held - request.join(), internal
     finally:
-        results.close()  # a transition's old frame still finishes (``_Transition.deliver``)
+        results.close()  # a transition's old frame still finishes (``sbrs.runtime.switching.Transition.deliver``)
     raise SbrsRuntimeError(f"bench: the switch {old}->{new} did not happen within {MAX_SAMPLE_S} s")
 
 

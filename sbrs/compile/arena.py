@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from sbrs.compile.units import BoundaryTensor, UnitLayout, UnitPlan
 from sbrs.errors import SbrsRuntimeError
-from sbrs.memory import Block, Live, Problem, check_plan, lower_bound, merge_blocks, plan_arena
+from sbrs.memory import Block, Live, Problem, merge_blocks, place
 
 ARENA_ALIGNMENT = 64
 
@@ -49,17 +49,15 @@ def arena_problem(layout: UnitLayout, alignment: int = ARENA_ALIGNMENT) -> Probl
 
 
 def plan_layout(layout: UnitLayout, *, app: str, granularity: str, adaptive: tuple[str, ...]) -> UnitPlan:
-    """Place ``layout``'s boundary tensors in one arena and return the complete, checked ``UnitPlan``."""
+    """Place ``layout``'s boundary tensors in one arena (``sbrs.memory.place``: planned, verified, bounded) and
+    return the complete ``UnitPlan``."""
     problem = arena_problem(layout)
-    plan = plan_arena(problem)
-    violations = check_plan(problem, plan)
-    if violations:
-        raise SbrsRuntimeError(f"arena plan of app '{app}' is unsafe: {violations[0].detail}")
+    plan = place(problem, what=f"the boundary tensors of app '{app}'")
     offsets: Mapping[str, int] = plan.as_dict()
     tensors = tuple(BoundaryTensor(block.id, layout.tensor_specs[block.id].shape, layout.tensor_specs[block.id].dtype,
                                    offsets[block.id]) for block in problem.blocks)
     return UnitPlan(
         app=app, granularity=granularity, adaptive=adaptive, units=layout.units, sequences=layout.sequences,
         inputs=layout.inputs, outputs=layout.outputs, tensors=tensors, arena_bytes=plan.arena_bytes,
-        alignment=plan.alignment, arena_lower_bound=lower_bound(problem), arena_strategy=plan.strategy,
+        alignment=plan.alignment, arena_lower_bound=int(plan.lower_bound_bytes or 0), arena_strategy=plan.strategy,
     )

@@ -5,7 +5,7 @@ costs are measured per layer and band height once and summed (:class:`~sbrs.redu
 
 - for every band height ``b`` of the candidates, every scenario runs with ``b``-row bands in *every*
   bandable layer (``b = 0``: no processing by parts, one fused session) on the one runtime by parts
-  (``ReducedRuntime.from_models``), and each call is timed (``timed_calls``: the moves of its line buffers
+  (``Runtime.from_models``), and each call is timed (``timed_calls``: the moves of its line buffers
   included);
 - a call's time is split over its layers in proportion to their work (:func:`~sbrs.reduction.cost.layer_work`;
   a band call fuses a convolution with its batch norm and activation);
@@ -40,7 +40,7 @@ from sbrs.reduction.cost import AnalyticCostModel, MeasuredCostModel, layer_key,
 from sbrs.reduction.ga import GaParams
 from sbrs.reduction.rows import is_row_local, layer_height
 from sbrs.reduction.tiles import tile_groups
-from sbrs.runtime.reduced import ReducedRuntime
+from sbrs.runtime.engine import Runtime
 
 __all__ = ["cached_costs", "costs_path", "device_name", "measure_costs"]
 
@@ -66,11 +66,9 @@ def _frame(model: CnnModel) -> np.ndarray:
     return np.random.default_rng(0).standard_normal(spec.shape).astype(spec.dtype)
 
 
-def compiled(runtime: ReducedRuntime, scenario: str) -> ScenarioParts:
+def compiled(runtime: Runtime, scenario: str) -> ScenarioParts:
     """The compiler's form of ``scenario``'s calls in ``runtime`` (their layers, in the order of its steps)."""
-    source = runtime.reduced.source
-    assert source is not None  # a runtime made from models keeps what it compiled
-    return source.scenarios[scenario]
+    return runtime.plan.scenarios[scenario]  # type: ignore[union-attr]
 
 
 def measure_costs(models: Mapping[str, CnnModel], candidates: Sequence[int] = GaParams.candidates, *,
@@ -95,7 +93,7 @@ def measure_costs(models: Mapping[str, CnnModel], candidates: Sequence[int] = Ga
             configs.append(("band", band, config, []))
         for band in bands_list[1:]:
             configs.append(("tile", band, {}, [(g, band) for g in groups if layer_height(model.layer(g[-1])) > band]))
-        whole = ReducedRuntime.from_models({scenario: model})
+        whole = Runtime.from_models({scenario: model})
         whole.infer(frame)
         whole_samples: list[list[float]] = []
         results = []
@@ -103,7 +101,7 @@ def measure_costs(models: Mapping[str, CnnModel], candidates: Sequence[int] = Ga
             if (kind == "tile" and not tiles) or (kind == "band" and band == 0):  # the whole model: below
                 done += 1
                 continue
-            with ReducedRuntime.from_models({scenario: model}, {scenario: config},
+            with Runtime.from_models({scenario: model}, {scenario: config},
                                             tiles={scenario: tiles}) as runtime:
                 runtime.infer(frame)  # warm-up
                 samples = []

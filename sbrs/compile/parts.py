@@ -2,11 +2,12 @@
 
 Given a scenario (a :class:`~sbrs.model.cnn.CnnModel`) and band heights per layer (``sbrs.reduction``),
 :func:`compile_parts` turns the CSDF schedule of thesis Algorithm 10 (line 5) into *calls* of ONNX Runtime
-sessions, sizes one line buffer per tensor and places every buffer of every scenario in ONE arena planned with
-:mod:`sbrs.memory` (Algorithm 10, line 9); :func:`call_model` gives each call's ONNX model. Nothing here runs:
-:class:`sbrs.runtime.reduced.ReducedRuntime` (the runtime, with SBRS-TP switching) executes the calls from
-their run-time form (``ScenarioCalls``), for an app's build, an app in memory or bare models
-(``ReducedRuntime.from_models``). A run from a build never imports this module.
+sessions, sizes one line buffer per tensor, places every buffer of every scenario in ONE arena with
+:func:`sbrs.memory.place` (Algorithm 10, line 9) and computes the transition tables; the result is a
+:class:`~sbrs.compile.parts_plan.PartsPlan` of :class:`~sbrs.compile.parts_plan.BandCall` and
+:class:`~sbrs.compile.parts_plan.LineBuffer` values. :func:`call_model` gives each call's ONNX model. Nothing
+here runs: ``sbrs.runtime.engine.Runtime`` executes the plan, for an app's build, an app in memory or bare
+models (``Runtime.from_models``). A run from a build never imports this module.
 
 Calls
     The schedule fires layers phase by phase (``(layer, k)``, Table 4.1, Column 7). Consecutive firings are
@@ -47,7 +48,7 @@ Line buffers
 
 Streamed input
     A band on the graph input (``band_rows[scenario]["input:..."]``) makes the frame an edge like any other:
-    the arena holds a line buffer of its rows, and a *feed* call (``Call.feed``, key ``feed``, no session)
+    the arena holds a line buffer of its rows, and a *feed* call (``BandCall.feed``, key ``feed``, no session)
     marks where the runtime copies each band's rows from the caller's frame (transposed to the rows layout),
     just before the calls that read them; its output is the rows it writes, its moves those of the input's
     line buffer. Without it the frame is copied whole into the arena first.
@@ -56,27 +57,39 @@ Partitions and tiles
     ``cuts`` and ``tiles`` reach :func:`~sbrs.reduction.csdf.cnn_to_csdf` unchanged: a cut only reorders the
     firings (and holds the cut tensor whole); a tiled group's firing becomes one call of all its members,
     each with the pads of the rows *it* computes, and a ``Slice`` along H where a member reads fewer rows
-    than the call holds (``Call.slices``). Its internal tensors live inside ONNX Runtime, band-sized, and have
+    than the call holds (``BandCall.slices``). Its internal tensors live inside ONNX Runtime, band-sized, and have
     no buffer here (the plan of :mod:`sbrs.reduction` counts them as transients of the firing).
 
 The arena problem: one timeline per scenario whose steps are its calls; a buffer is live from the first call
 that touches it to the last (the frame input from call 0, graph outputs to the last call). It is checked with
-:func:`sbrs.memory.check_plan` before anything runs.
+:func:`sbrs.memory.place` (planned and verified) before anything runs.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from sbrs.compile.parts_plan import (
+    FEED,
+    MODELS_APP,
+    NCHW,
+    ROWS,
+    TO_NCHW,
+    TO_ROWS,
+    BandCall,
+    LineBuffer,
+    PartsPlan,
+    ScenarioParts,
+)
 from sbrs.errors import InputError, SbrsRuntimeError
-from sbrs.memory import ArenaPlan, Block, Live, Problem, check_plan, lower_bound, plan_arena
+from sbrs.memory import Block, Live, Problem, place
 from sbrs.model.cnn import INPUT_OP, OUTPUT_OP, CnnModel, Layer, TensorSpec
 from sbrs.model.fold import fold_bands, fold_cuts, fold_model, fold_tiles
 from sbrs.model.onnx_export import build_graph_model
@@ -88,25 +101,17 @@ from sbrs.reduction.tiles import TilePhases
 
 __all__ = [
     "BANDABLE_OPS",
-    "Buffer",
-    "Call",
-    "PartsPlan",
-    "ScenarioParts",
+    "TRANSITION_CUTS",
+    "Tiles",
     "call_model",
+    "call_models",
     "compile_parts",
     "executable_bands",
+    "plan_transition_room",
 ]
 
 #: Operators this executor runs by bands (window ops get per-band pads; the rest are 1:1 or broadcast).
 BANDABLE_OPS: frozenset[str] = WINDOW_OPS | ROWWISE_OPS
-
-ROWS = "rows"
-NCHW = "nchw"
-#: The key of a feed call (no session: the runtime copies frame rows, ``sbrs.runtime.reduced``).
-FEED = "feed"
-_TO_NCHW = (1, 2, 0, 3)
-_TO_ROWS = (2, 0, 1, 3)
-
 
 def executable_bands(model: CnnModel, bands: Mapping[str, int]) -> dict[str, int]:
     """``bands`` normalised (:func:`~sbrs.reduction.phases.normalize_bands`), whole for what cannot run by bands.
@@ -125,117 +130,6 @@ def executable_bands(model: CnnModel, bands: Mapping[str, int]) -> dict[str, int
         elif layer.op not in BANDABLE_OPS or auto_pad not in ("NOTSET", "VALID"):
             result[layer.name] = layer_height(layer)
     return result
-
-
-@dataclass(frozen=True)
-class Buffer:
-    """The arena slot of one tensor of one scenario: ``capacity`` rows of ``row_bytes`` at ``offset``.
-
-    ``layout`` is ``rows`` (``[H, N, C, W]``, row-major, for tensors a band call touches) or ``nchw``.
-    ``first_call``/``last_call``: its life on the scenario's timeline of calls.
-    """
-
-    tensor: str
-    shape: tuple[int, ...]
-    dtype: str
-    layout: str
-    capacity: int
-    row_bytes: int
-    first_call: int
-    last_call: int
-    offset: int = 0
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the line buffer (the whole tensor when ``capacity`` is its height)."""
-        return self.capacity * self.row_bytes
-
-    @property
-    def full_rows(self) -> int:
-        """Rows of the whole tensor."""
-        return tensor_rows(self.shape)
-
-
-@dataclass(frozen=True)
-class Call:
-    """One ``run_with_iobinding``: ``layers`` fused into one session, at band ``phase`` (0: whole).
-
-    ``inputs``/``outputs``: ``(tensor, lo, hi, slot)``: rows ``[lo, hi)`` bound at buffer slot ``slot``.
-    ``pads``: per window-reading layer, the top/bottom padding of this band (its session variant).
-    ``moves``: ``(tensor, src_slot, dst_slot, rows)`` compactions done before the call. ``key``: the digest
-    of the call's ONNX model (calls with equal keys share one session). ``feed``: no session, rows of a
-    streamed frame copied into the input's line buffer. ``slices``: ``(layer, tensor, start, stop)``, rows a
-    member of a tiled group reads out of those the call holds of ``tensor`` (a ``Slice`` along H).
-    """
-
-    layers: tuple[str, ...]
-    phase: int
-    inputs: tuple[tuple[str, int, int, int], ...]
-    outputs: tuple[tuple[str, int, int, int], ...]
-    pads: tuple[tuple[str, int, int], ...] = ()
-    moves: tuple[tuple[str, int, int, int], ...] = ()
-    key: str = ""
-    feed: bool = False
-    slices: tuple[tuple[str, str, int, int], ...] = ()
-
-    @property
-    def banded(self) -> bool:
-        return self.phase > 0
-
-
-
-@dataclass(frozen=True)
-class ScenarioParts:
-    """A scenario compiled for execution by parts: its bands, calls in order and buffers."""
-
-    scenario: str
-    band_rows: dict[str, int]
-    calls: tuple[Call, ...]
-    buffers: tuple[Buffer, ...]
-    input: str
-    outputs: tuple[str, ...]
-    schedule_buffer_bytes: int
-
-    def buffer(self, tensor: str) -> Buffer:
-        for buffer in self.buffers:
-            if buffer.tensor == tensor:
-                return buffer
-        raise KeyError(tensor)
-
-    @property
-    def band_calls(self) -> int:
-        return sum(1 for call in self.calls if call.banded)
-
-    @property
-    def sessions(self) -> int:
-        return len({call.key for call in self.calls if call.key != FEED})
-
-    def summary(self) -> dict[str, Any]:
-        """Plain JSON-ready summary (calls counted, not listed)."""
-        return {"scenario": self.scenario, "calls": len(self.calls), "band_calls": self.band_calls,
-                "sessions": self.sessions, "moves": sum(len(c.moves) for c in self.calls),
-                "buffer_bytes": sum(b.nbytes for b in self.buffers),
-                "banded_layers": {n: b for n, b in self.band_rows.items()},
-                "buffers": [{"tensor": b.tensor, "layout": b.layout, "rows": b.capacity, "full_rows": b.full_rows,
-                             "bytes": b.nbytes, "offset": b.offset} for b in self.buffers]}
-
-
-@dataclass(frozen=True)
-class PartsPlan:
-    """Every scenario compiled by parts and all their buffers in one arena (Algorithm 10, line 9)."""
-
-    scenarios: dict[str, ScenarioParts]
-    arena_bytes: int
-    lower_bound_bytes: int
-    alignment: int
-    strategy: str
-    problem: Problem = field(repr=False, compare=False, default=Problem(()))
-    arena: ArenaPlan | None = field(repr=False, compare=False, default=None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"arena_bytes": self.arena_bytes, "lower_bound_bytes": self.lower_bound_bytes,
-                "alignment": self.alignment, "strategy": self.strategy,
-                "scenarios": {s: p.summary() for s, p in self.scenarios.items()}}
 
 
 # -- compiling ------------------------------------------------------------------------------------------
@@ -384,7 +278,7 @@ def compile_scenario(model: CnnModel, bands: Mapping[str, int], *, name: str | N
             return 1 << 62
         return plan.input(tensor).rows[done[reader]][0]
 
-    calls: list[Call] = []
+    calls: list[BandCall] = []
     for members, phase, ins, outs, pads, actors, slices in raw_calls:
         moves: list[tuple[str, int, int, int]] = []
         in_slots = []
@@ -410,14 +304,14 @@ def compile_scenario(model: CnnModel, bands: Mapping[str, int], *, name: str | N
             written[t] = o1
         for name in actors:
             done[name] += 1
-        calls.append(Call(tuple(members), phase, tuple(in_slots), tuple(out_slots),
+        calls.append(BandCall(tuple(members), phase, tuple(in_slots), tuple(out_slots),
                           tuple(pads), tuple(moves), feed=model.layer(members[0]).op == INPUT_OP, slices=slices))
     buffers = []
     for t in first:
         spec = model.tensors[t]
         cap = capacity.get(t, tensor_rows(spec.shape))
         layout = _layout_of(model, t, banded_touch)
-        buffers.append(Buffer(t, tuple(spec.shape), spec.dtype, layout, cap, row_bytes(spec), first[t], last[t]))
+        buffers.append(LineBuffer(t, tuple(spec.shape), spec.dtype, layout, cap, row_bytes(spec), first[t], last[t]))
     result = ScenarioParts(scenario, {n: b for n, b in bands.items() if b < layer_height(model.layer(n))},
                            tuple(calls), tuple(buffers), input_tensor, tuple(model.graph_outputs),
                            schedule.buffer_bytes)
@@ -479,7 +373,7 @@ def _banded_layer(layer: Layer, top: int, bottom: int) -> Layer:
     return replace(layer, attributes=attributes, pads=tuple(pads))
 
 
-def call_model(model: CnnModel, parts: ScenarioParts, call: Call) -> onnx.ModelProto:
+def call_model(model: CnnModel, parts: ScenarioParts, call: BandCall) -> onnx.ModelProto:
     """The ONNX model of one call: its layers (band pads applied), rows-layout tensors transposed in and out.
 
     ``model`` is the folded model the call was compiled from (``compile_parts`` folds what it is given).
@@ -515,7 +409,7 @@ def call_model(model: CnnModel, parts: ScenarioParts, call: Call) -> onnx.ModelP
             n, c, _, w = spec.shape
             name = f"{t}::rows"
             inputs.append((name, TensorSpec((hi - lo, n, c, w), spec.dtype)))
-            pre.append(helper.make_node("Transpose", [name], [t], perm=list(_TO_NCHW), name=f"{t}::to_nchw"))
+            pre.append(helper.make_node("Transpose", [name], [t], perm=list(TO_NCHW), name=f"{t}::to_nchw"))
             if call.banded and tensor_rows(spec.shape) > 1:
                 symbolic[name] = f"h{index}"
         else:
@@ -526,7 +420,7 @@ def call_model(model: CnnModel, parts: ScenarioParts, call: Call) -> onnx.ModelP
             n, c, _, w = spec.shape
             name = f"{t}::rows"
             outputs.append((name, TensorSpec((o1 - o0, n, c, w), spec.dtype)))
-            post.append(helper.make_node("Transpose", [t], [name], perm=list(_TO_ROWS), name=f"{t}::to_rows"))
+            post.append(helper.make_node("Transpose", [t], [name], perm=list(TO_ROWS), name=f"{t}::to_rows"))
             if call.banded:
                 symbolic[name] = "ho"
         else:
@@ -554,19 +448,29 @@ Tiles = Mapping[str, Sequence[tuple[Sequence[str], int]]]
 
 
 def compile_parts(models: Mapping[str, CnnModel], band_rows: Mapping[str, Mapping[str, int]] | None = None, *,
-                  alignment: int = 64, cuts: Mapping[str, Sequence[str]] | None = None,
-                  tiles: Tiles | None = None) -> PartsPlan:
-    """Every scenario compiled by parts (missing: whole), their buffers planned into one arena and checked.
+                  app: str = MODELS_APP, alignment: int = 64, cuts: Mapping[str, Sequence[str]] | None = None,
+                  tiles: Tiles | None = None, memory_limit: int | None = None) -> PartsPlan:
+    """Every scenario compiled by parts (missing: whole), their buffers placed in one arena, with the
+    transition tables of every ordered pair: the one way a :class:`PartsPlan` is made (an app's, with
+    ``sbrs.compile.fit``, or bare models', for ``Runtime.from_models``).
 
-    Models are folded first (:func:`sbrs.model.fold.fold_model`; idempotent): band heights name the folded
-    layers, and entries for a BatchNormalization or activation folded into its convolution are dropped.
+    Models are folded first (:func:`sbrs.model.fold.fold_model`; idempotent): band heights, cuts and tiles may
+    name the layers of the models as given or folded, and entries for a BatchNormalization or activation folded
+    into its convolution are dropped. With ``memory_limit`` (bytes of parameters plus arena), the arena keeps
+    room for SBRS-TP transitions where the limit leaves it (:func:`plan_transition_room`; the cut taken is
+    ``reduction["transition_cut"]``). ``model_bytes``: the folded models' parameter and naive buffer bytes
+    (thesis Eq. 2.6-2.7; what the calls hold).
     """
+    from sbrs.compile.transitions import parts_transitions
+    from sbrs.model import naive_buffer_bytes, params_bytes
+
     band_rows = band_rows or {}
     cuts = cuts or {}
     tiles = tiles or {}
     unknown = sorted((set(band_rows) | set(cuts) | set(tiles)) - set(models))
     if unknown:
-        raise InputError(f"unknown scenario(s) {', '.join(unknown)}", field="band_rows")
+        raise InputError(f"unknown scenario(s) {', '.join(unknown)} (scenarios: {', '.join(models)})",
+                         field="band_rows")
     folded = {s: fold_model(m) for s, m in models.items()}
     compiled = {s: compile_scenario(f, fold_bands(models[s], f, band_rows.get(s, {})), name=s,
                                     cuts=fold_cuts(models[s], f, cuts.get(s, ())),
@@ -575,11 +479,82 @@ def compile_parts(models: Mapping[str, CnnModel], band_rows: Mapping[str, Mappin
     blocks = [Block(f"{s}/{b.tensor}", b.nbytes, (Live(s, b.first_call, b.last_call),))
               for s, parts in compiled.items() for b in parts.buffers]
     problem = Problem(tuple(blocks), frozenset(), alignment)
-    arena = plan_arena(problem)
-    violations = check_plan(problem, arena)
-    if violations:
-        raise SbrsRuntimeError(f"parts arena plan is unsafe: {violations[0].detail}")
+    arena = place(problem, what=f"the line buffers of {', '.join(compiled)} by parts")
     offsets = arena.as_dict()
     placed = {s: replace(p, buffers=tuple(replace(b, offset=offsets[f"{s}/{b.tensor}"]) for b in p.buffers))
               for s, p in compiled.items()}
-    return PartsPlan(placed, arena.arena_bytes, lower_bound(problem), arena.alignment, arena.strategy, problem, arena)
+    params = params_bytes(folded.values())
+    plan = PartsPlan(app, placed, arena.arena_bytes, int(arena.lower_bound_bytes or 0), arena.alignment,
+                     arena.strategy, model_bytes={"params_bytes": params,
+                                                  "naive_bytes": sum(naive_buffer_bytes(m) for m in folded.values())},
+                     problem=problem, arena=arena)
+    plan, cut = plan_transition_room(plan, None if memory_limit is None else memory_limit - params)
+    return replace(plan, transitions=parts_transitions(plan.scenarios, plan.arena_bytes, app),
+                   reduction={"transition_cut": cut})
+
+
+#: Where a transition's new frame may start, as fractions of the old frame's calls, earliest first
+#: (``plan_transition_room``).
+TRANSITION_CUTS: tuple[float, ...] = (0.0, 0.5, 0.9, 0.95, 1.0)
+
+
+def plan_transition_room(parts: PartsPlan, budget: int | None) -> tuple[PartsPlan, float | None]:
+    """The parts arena re-placed so that SBRS-TP transitions can overlap, within ``budget`` bytes.
+
+    Placed on one timeline per scenario, a new frame's buffers (its input slot first) land on bytes the old
+    frame still needs and a transition waits for the whole old frame. Here, for a cut ``c`` (a fraction of each
+    old frame's calls), every buffer an old scenario o touches from call ``c·|φ^o|`` on is kept apart from
+    every buffer of every other scenario n: the buffers of o after the cut get lives on a timeline ``o->n:old``,
+    n's buffers keep their lives on a timeline ``n:new``, and the two are a concurrent set (Algorithm 8, lines
+    9-11, as ``sbrs.compile.transitions.plan_shadow`` does for the shadow slots, but on the scenarios' own
+    buffers: no copy, no second frame input). A switch noticed after the cut can then start the whole new
+    frame at once. The earliest cut of ``TRANSITION_CUTS`` whose arena fits ``budget`` is taken; the hazard
+    tables are computed afterwards from the real offsets, so this only makes room, it proves nothing. Returns
+    the plan (``parts`` itself when no cut fits, or with one scenario) and the cut taken (None).
+    """
+    scenarios = parts.scenarios
+    if len(scenarios) < 2 or budget is None or parts.problem is None:
+        return parts, None
+    base = parts.problem
+    for cut in TRANSITION_CUTS:
+        extra: dict[str, list[Live]] = {}
+        concurrent: set[frozenset[str]] = set(base.concurrent)
+        for old, old_parts in scenarios.items():
+            start = min(int(cut * len(old_parts.calls)), len(old_parts.calls) - 1)
+            for new in scenarios:
+                if new == old:
+                    continue
+                concurrent.add(frozenset({f"{old}->{new}:old", f"{new}:new"}))
+                for buffer in old_parts.buffers:
+                    if buffer.last_call >= start:
+                        extra.setdefault(f"{old}/{buffer.tensor}", []).append(
+                            Live(f"{old}->{new}:old", max(buffer.first_call, start), buffer.last_call))
+        for scenario, scenario_parts in scenarios.items():
+            for buffer in scenario_parts.buffers:
+                extra.setdefault(f"{scenario}/{buffer.tensor}", []).append(
+                    Live(f"{scenario}:new", buffer.first_call, buffer.last_call))
+        problem = Problem(tuple(Block(b.id, b.size, (*b.lives, *extra.get(b.id, ()))) for b in base.blocks),
+                          frozenset(concurrent), base.alignment)
+        arena = place(problem, what=f"the transition room by parts (cut {cut:g})")
+        if arena.arena_bytes > budget:
+            continue
+        offsets = arena.as_dict()
+        placed = {s: replace(p, buffers=tuple(replace(b, offset=offsets[f"{s}/{b.tensor}"]) for b in p.buffers))
+                  for s, p in scenarios.items()}
+        return replace(parts, scenarios=placed, arena_bytes=arena.arena_bytes,
+                       lower_bound_bytes=int(arena.lower_bound_bytes or 0), strategy=f"{arena.strategy}+transitions",
+                       problem=problem, arena=arena), cut
+    return parts, None
+
+
+def call_models(models: Mapping[str, CnnModel], plan: PartsPlan) -> dict[str, onnx.ModelProto]:
+    """key → the ONNX model of every distinct call of ``plan`` (what ``sbrs build`` writes as files), from the
+    scenarios' ``models`` the plan was compiled from (folded or not: they are folded here as the compiler
+    folds them; folding a folded model is cheap). Feeds have no model."""
+    result: dict[str, onnx.ModelProto] = {}
+    for scenario, parts in plan.scenarios.items():
+        folded = fold_model(models[scenario])  # the model the calls were compiled from
+        for call in parts.calls:
+            if not call.feed and call.key not in result:
+                result[call.key] = call_model(folded, parts, call)
+    return result

@@ -55,10 +55,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from sbrs.compile.units import BoundaryTensor, UnitLayout, UnitPlan
 from sbrs.errors import SbrsRuntimeError
 
 if TYPE_CHECKING:  # planning (sbrs.memory) happens when an app is compiled, not when a build is run
+    from sbrs.compile.parts_plan import ScenarioParts
     from sbrs.memory import Live
 
 TRANSITION_MODES: tuple[str, ...] = ("sbrs-tp", "naive")
@@ -117,9 +120,27 @@ def step_accesses(plan: UnitPlan, scenario: str, offsets: Mapping[str, int] | No
 
 
 def hazard_waits(old: Sequence[StepAccess], new: Sequence[StepAccess]) -> tuple[int, ...]:
-    """``wait_i`` = the last old step (1-based) whose accesses conflict with new step i's, 0 when none."""
-    return tuple(max((j for j, step in enumerate(old, 1) if accesses_conflict(step, target)), default=0)
-                 for target in new)
+    """``wait_i`` = the last old step (1-based) whose accesses conflict with new step i's (``accesses_conflict``:
+    a byte both touch, one of them writing), 0 when none. The one hazard analysis of units and parts alike,
+    vectorised over the old steps' ranges: plans by parts have hundreds of calls per frame."""
+    rows = [(j, r[1], r[2], write) for j, step in enumerate(old, 1)
+            for write, ranges in ((False, step.reads), (True, step.writes)) for r in ranges]
+    if not rows:
+        return (0,) * len(new)
+    table = np.array(rows, dtype=np.int64)
+    steps, starts, ends, writes = table[:, 0], table[:, 1], table[:, 2], table[:, 3].astype(bool)
+    result = []
+    for target in new:
+        wait = 0
+        for write, ranges in ((False, target.reads), (True, target.writes)):
+            for _, start, end in ranges:
+                mask = (starts < end) & (start < ends)
+                if not write:
+                    mask &= writes
+                if mask.any():
+                    wait = max(wait, int(steps[mask].max()))
+        result.append(wait)
+    return tuple(result)
 
 
 def algorithm6(old: Sequence[StepAccess], new: Sequence[StepAccess], *, bytes_hazards: bool = True) -> tuple[int, ...]:
@@ -239,6 +260,42 @@ def build_transition_plan(plan: UnitPlan, *, arena: str = "shared",
                           None if shadow is None else dict(shadow))
 
 
+# -- processing by parts ------------------------------------------------------------------------------
+
+
+def _paced(waits: Sequence[int]) -> tuple[int, ...]:
+    """Algorithm 6's X from hazard waits: x_1 = wait_1, x_i = max(x_{i-1} + 1, wait_i) (line 10's ``+1``)."""
+    result: list[int] = []
+    for wait in waits:
+        result.append(max(wait, result[-1] + 1) if result else wait)
+    return tuple(result)
+
+
+def parts_transitions(scenarios: Mapping[str, ScenarioParts], arena_bytes: int, app: str) -> TransitionPlan:
+    """Algorithm 6 for every ordered pair o ≠ n of a parts plan, with arena-byte hazards (module docstring).
+
+    ``thesis_x`` is Algorithm 6 verbatim with "the same layer" read as "the same call model" (session); a
+    feed runs no model, so it shares no layer (its bytes still count in the hazard waits).
+    """
+    from sbrs.compile.parts_plan import GRANULARITY, parts_accesses
+
+    accesses = {s: parts_accesses(p) for s, p in scenarios.items()}
+    pairs: dict[str, PairTable] = {}
+    for old, a in accesses.items():
+        last_use: dict[str, int] = {}
+        for j, (step, call) in enumerate(zip(a, scenarios[old].calls, strict=True), 1):
+            if not call.feed:
+                last_use[step.unit] = j
+        for new, b in accesses.items():
+            if old == new:
+                continue
+            waits = hazard_waits(a, b)
+            layers = [0 if call.feed else last_use.get(step.unit, 0)
+                      for step, call in zip(b, scenarios[new].calls, strict=True)]
+            pairs[f"{old}->{new}"] = PairTable(old, new, len(a), _paced(waits), waits, _paced(layers))
+    return TransitionPlan(app, GRANULARITY, "shared", arena_bytes, pairs)
+
+
 # -- the checker ------------------------------------------------------------------------------------------
 
 
@@ -323,7 +380,7 @@ def plan_shadow(plan: UnitPlan) -> tuple[UnitPlan, dict[str, int]]:
     ``sbrs bench --switching`` (about the sum of two scenarios' peaks instead of the largest one).
     """
     from sbrs.compile.arena import arena_problem
-    from sbrs.memory import Block, Live, Problem, check_plan, lower_bound, plan_arena
+    from sbrs.memory import Block, Live, Problem, place
 
     layout = UnitLayout(plan.units, plan.sequences, plan.inputs, plan.outputs, {t.id: t.spec for t in plan.tensors})
     base = arena_problem(layout, plan.alignment)
@@ -344,7 +401,7 @@ def plan_shadow(plan: UnitPlan) -> tuple[UnitPlan, dict[str, int]]:
             for tensor, (first, last) in _tensor_times(accesses[old][1:], lambda k: k + 1).items():
                 extra.setdefault(tensor, []).append(Live(old_timeline, first, last))
             # The old outputs until their copy-out, which follows the last old step: a request seen after that
-            # step lets the new frame run before it (``Runtime._start_transition``), also when the old frame
+            # step lets the new frame run before it (``sbrs.runtime.switching.new_first``), also when the old frame
             # is one step. A time after every other life on this timeline: they need not move apart.
             after = len(accesses[old])
             for tensor in dict.fromkeys(plan.outputs[old].values()):
@@ -352,15 +409,12 @@ def plan_shadow(plan: UnitPlan) -> tuple[UnitPlan, dict[str, int]]:
     blocks = [Block(b.id, b.size, (*b.lives, *extra.get(b.id, ()))) for b in base.blocks]
     blocks.extend(Block(f"~{b.id}", b.size, tuple(shadow_lives[b.id])) for b in base.blocks)
     problem = Problem(tuple(blocks), frozenset(concurrent), base.alignment)
-    arena = plan_arena(problem)
-    violations = check_plan(problem, arena)
-    if violations:
-        raise SbrsRuntimeError(f"shadow arena plan of app '{plan.app}' is unsafe: {violations[0].detail}")
+    arena = place(problem, what=f"the shadow slots of app '{plan.app}'")
     offsets = arena.as_dict()
     tensors = tuple(BoundaryTensor(t.id, t.shape, t.dtype, offsets[t.id]) for t in plan.tensors)
     shadow = {t.id: offsets[f"~{t.id}"] for t in plan.tensors}
-    shadowed = replace(plan, tensors=tensors, arena_bytes=arena.arena_bytes, arena_lower_bound=lower_bound(problem),
-                       arena_strategy=f"{arena.strategy}+shadow")
+    shadowed = replace(plan, tensors=tensors, arena_bytes=arena.arena_bytes,
+                       arena_lower_bound=int(arena.lower_bound_bytes or 0), arena_strategy=f"{arena.strategy}+shadow")
     return shadowed, shadow
 
 

@@ -15,7 +15,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -130,6 +130,8 @@ class UnitPlan:
     arena_lower_bound: int
     arena_strategy: str
     inner_memory: str = "onnxruntime"
+    #: How a runtime executes the plan (``PartsPlan.execution`` is ``parts``).
+    execution: ClassVar[str] = "units"
 
     def unit(self, unit_id: str) -> Unit:
         for unit in self.units:

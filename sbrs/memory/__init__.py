@@ -4,6 +4,7 @@ Model-independent: a :class:`Problem` is a list of blocks (tensors) with sizes a
 timelines (scenario or partition schedules) plus the pipeline-parallel sets ``J``. Planners:
 :func:`buffers_reuse` (Algorithm 8, shared buffers) and :func:`plan_arena` (offsets in one arena);
 :func:`lower_bound` proves how low any plan can go; :func:`check_plan` / :func:`check_reuse` prove a plan safe.
+:func:`place` is the one entry point of every stage that needs an arena: it plans, verifies and bounds it.
 
 The app's own memory plan (the MoC's tensors in one arena, with the thesis' figures, saved as
 ``APP.plan.json``) is :mod:`~sbrs.memory.app_plan`, over the problem :mod:`~sbrs.memory.tensors` derives.
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from sbrs.memory.arena import FITS, ORDERINGS, ArenaPlan, exact_arena, greedy_arena, plan_arena, reuse_layout
     from sbrs.memory.bounds import lower_bound, naive_bytes, peak_by_timeline
     from sbrs.memory.check import Violation, check_plan, check_reuse
+    from sbrs.memory.placement import ArenaError, place, verify
     from sbrs.memory.problem import (
         Block,
         Live,
@@ -46,6 +48,7 @@ __all__ = [
     "FITS",
     "ORDERINGS",
     "AppPlan",
+    "ArenaError",
     "ArenaPlan",
     "Block",
     "Live",
@@ -74,6 +77,7 @@ __all__ = [
     "naive_bytes",
     "naive_total_bytes",
     "peak_by_timeline",
+    "place",
     "plan_arena",
     "plan_scenarios",
     "reuse_layout",
@@ -81,6 +85,7 @@ __all__ = [
     "scenario_schedule",
     "summarize",
     "tensor_id",
+    "verify",
 ]
 
 __getattr__, __dir__ = lazy_exports(globals(), {
@@ -109,6 +114,9 @@ __getattr__, __dir__ = lazy_exports(globals(), {
     "Violation": "sbrs.memory.check",
     "check_plan": "sbrs.memory.check",
     "check_reuse": "sbrs.memory.check",
+    "ArenaError": "sbrs.memory.placement",
+    "place": "sbrs.memory.placement",
+    "verify": "sbrs.memory.placement",
     "Block": "sbrs.memory.problem",
     "Live": "sbrs.memory.problem",
     "Problem": "sbrs.memory.problem",

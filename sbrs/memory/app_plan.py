@@ -1,8 +1,9 @@
-"""Stage 3: the app's memory plan — MoC (Algorithm 5) plus one arena for every tensor of every scenario.
+"""The app's memory plan: the MoC (Algorithm 5) plus one arena for every tensor of every scenario.
 
 ``build_plan(app)`` derives the MoC, maps its tensors onto a memory problem (``sbrs.memory.tensors``), and
 plans it three ways (DESIGN.md "Memory"): naive (thesis M_naive, each edge of each scenario its own buffer),
-Algorithm 8 shared buffers, and the offset arena; plus the lower bound no plan can beat. Buffer figures are
+Algorithm 8 shared buffers, and the offset arena (``sbrs.memory.place``); plus the lower bound no plan can
+beat. Buffer figures are
 aligned to the arena's 64 bytes and exclude parameters. The plan is saved as JSON with a fingerprint of the
 app and a checksum of its own content, so a stale or edited plan is refused on load.
 """
@@ -20,16 +21,11 @@ from sbrs import __version__
 from sbrs.app import App
 from sbrs.cache import write_atomic
 from sbrs.errors import InputError, SbrsRuntimeError
-from sbrs.memory import (
-    ArenaPlan,
-    Problem,
-    ReusePlan,
-    buffers_reuse,
-    check_plan,
-    check_reuse,
-    lower_bound,
-    plan_arena,
-)
+from sbrs.memory.arena import ArenaPlan
+from sbrs.memory.check import check_reuse
+from sbrs.memory.placement import place, verify
+from sbrs.memory.problem import Problem
+from sbrs.memory.reuse import ReusePlan, buffers_reuse
 from sbrs.memory.tensors import memory_problem
 from sbrs.moc import derive_moc, moc_summary
 from sbrs.moc.model import Moc
@@ -102,33 +98,32 @@ def app_fingerprint(app: App) -> str:
     return digest.hexdigest()[:32]
 
 
-def _figures(moc: Moc, models: Mapping[str, CnnModel], problem: Problem, arena: ArenaPlan,
-             reuse: ReusePlan) -> MemoryReport:
+def _figures(models: Mapping[str, CnnModel], problem: Problem, arena: ArenaPlan, reuse: ReusePlan) -> MemoryReport:
     return MemoryReport(
         params_bytes=params_bytes(models.values()),
         naive_bytes=sum(naive_buffer_bytes(model) for model in models.values()),
         supergraph_tensor_bytes=sum(problem.aligned_size(b.id) for b in problem.blocks),
         reuse_bytes=reuse.total,
         arena_bytes=arena.arena_bytes,
-        lower_bound_bytes=lower_bound(problem),
+        lower_bound_bytes=int(arena.lower_bound_bytes or 0),
     )
 
 
-def _verified(problem: Problem, arena: ArenaPlan, reuse: ReusePlan) -> None:
-    violations = [*check_plan(problem, arena), *check_reuse(problem, reuse)]
+def _verified_reuse(problem: Problem, reuse: ReusePlan) -> None:
+    violations = check_reuse(problem, reuse)
     if violations:
-        raise SbrsRuntimeError(f"internal error: the memory plan is invalid: {violations[0]}")
+        raise SbrsRuntimeError(f"internal error: the memory plan's shared buffers are invalid: {violations[0]}")
 
 
 def plan_scenarios(moc: Moc, models: Mapping[str, CnnModel],
                    scenarios: tuple[str, ...] | None = None) -> tuple[Problem, ArenaPlan, ReusePlan, MemoryReport]:
     """Plan the tensors of ``scenarios`` (default: all) and check the plans before returning them."""
     problem = memory_problem(moc, models, scenarios)
-    arena = plan_arena(problem)
-    reuse = buffers_reuse(problem, aligned=True)
-    _verified(problem, arena, reuse)
     chosen = {name: models[name] for name in (scenarios or moc.scenarios)}
-    return problem, arena, reuse, _figures(moc, chosen, problem, arena, reuse)
+    arena = place(problem, what=f"the tensors of scenarios {', '.join(chosen)}")
+    reuse = buffers_reuse(problem, aligned=True)
+    _verified_reuse(problem, reuse)
+    return problem, arena, reuse, _figures(chosen, problem, arena, reuse)
 
 
 def build_plan(app: App, adaptive: tuple[str, ...] | None = None) -> AppPlan:
@@ -199,7 +194,8 @@ def load_plan(path: str | Path, app: App) -> AppPlan:
         reduction=data.get("reduction"),
     )
     problem = Problem.from_dict(plan.problem)
-    _verified(problem, ArenaPlan.from_dict(plan.arena), ReusePlan.from_dict(plan.reuse))
+    verify(problem, ArenaPlan.from_dict(plan.arena), what=f"the saved plan {file}")
+    _verified_reuse(problem, ReusePlan.from_dict(plan.reuse))
     return plan
 
 

@@ -36,7 +36,8 @@ class ArenaPlan:
 
     Block ``b`` occupies ``[offset, offset + align_up(b.size, alignment))``. ``strategy`` names the pass
     that produced the plan; ``optimal`` is true when the plan is proven minimal (it meets the lower bound,
-    or the exact search finished).
+    or the exact search finished). ``lower_bound_bytes``: the most bytes live at once, which no plan can go
+    below (set by :func:`sbrs.memory.place`; None for a bare planner's result).
     """
 
     offsets: tuple[tuple[str, int], ...]
@@ -44,6 +45,7 @@ class ArenaPlan:
     alignment: int
     strategy: str
     optimal: bool = False
+    lower_bound_bytes: int | None = None
 
     def offset_of(self, block_id: str) -> int:
         """The offset of ``block_id``."""
@@ -64,14 +66,15 @@ class ArenaPlan:
             "strategy": self.strategy,
             "optimal": self.optimal,
             "offsets": [[name, offset] for name, offset in self.offsets],
-        }
+        } | ({} if self.lower_bound_bytes is None else {"lower_bound_bytes": self.lower_bound_bytes})
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ArenaPlan:
         """Inverse of :meth:`to_dict`."""
         offsets = tuple((str(name), int(offset)) for name, offset in data["offsets"])
+        bound = data.get("lower_bound_bytes")
         return cls(offsets, int(data["arena_bytes"]), int(data["alignment"]), str(data["strategy"]),
-                   bool(data.get("optimal", False)))
+                   bool(data.get("optimal", False)), None if bound is None else int(bound))
 
     def to_json(self) -> str:
         """JSON text of :meth:`to_dict`."""
@@ -81,6 +84,41 @@ class ArenaPlan:
     def from_json(cls, text: str) -> ArenaPlan:
         """Inverse of :meth:`to_json`."""
         return cls.from_dict(json.loads(text))
+
+    def chart(self, problem: Problem, *, width: int = 64, title: str = "") -> str:
+        """The plan as text, one line per step of every timeline and one column per ``arena_bytes / width``
+        bytes (as TensorFlow Lite Micro prints its arena plan): each block live at that step is drawn with
+        its letter over the columns it occupies (``.`` free, ``*`` where several blocks share one column),
+        then the step's live bytes. A legend names the blocks by letter (at most 62 letters, then ``#``)."""
+        width = max(8, width)
+        scale = max(1, -(-self.arena_bytes // width))
+        symbols = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+        offsets = self.as_dict()
+        letters = {block.id: symbols[i] if i < len(symbols) else "#" for i, block in enumerate(problem.blocks)}
+        lines = [f"{title or 'arena'}: {self.arena_bytes} bytes ({self.strategy}"
+                 + ("" if self.lower_bound_bytes is None else f", lower bound {self.lower_bound_bytes}")
+                 + f"), one column = {scale} bytes"]
+        steps: dict[str, int] = {}
+        for block in problem.blocks:
+            for live in block.lives:
+                steps[live.timeline] = max(steps.get(live.timeline, 0), live.last + 1)
+        for timeline, count in steps.items():
+            for step in range(count):
+                row = ["."] * width
+                live_bytes = 0
+                for block in problem.blocks:
+                    if not any(v.timeline == timeline and v.first <= step <= v.last for v in block.lives):
+                        continue
+                    start = offsets[block.id]
+                    end = start + align_up(block.size, self.alignment)
+                    live_bytes += end - start
+                    for column in range(start // scale, min(width, -(-end // scale))):
+                        row[column] = letters[block.id] if row[column] == "." else "*"
+                lines.append(f"{timeline[:16]:>16} {step:>4} |{''.join(row)}| {live_bytes}")
+        legend = [f"{letters[block.id]}={block.id}" for block in problem.blocks[:len(symbols)]]
+        lines.append("blocks: " + " ".join(legend) + (f" (and {len(problem.blocks) - len(symbols)} more as #)"
+                                                      if len(problem.blocks) > len(symbols) else ""))
+        return "\n".join(lines)
 
 
 # -- the problem as arrays (pass 0) --------------------------------------------------------------------

@@ -51,7 +51,7 @@ from typing import Any
 from deap import base, tools
 
 from sbrs.errors import InputError
-from sbrs.memory import ArenaPlan, Problem, plan_arena
+from sbrs.memory import ArenaPlan, Problem, place, plan_arena
 from sbrs.model.cnn import INPUT_OP, CnnModel, params_bytes
 from sbrs.model.fold import fold_bands, fold_cuts, fold_model, fold_tiles
 from sbrs.reduction.cost import AnalyticCostModel, CostModel, config_seconds
@@ -156,7 +156,7 @@ def plan_reduction(scenarios: Scenarios, band_rows: Mapping[str, Mapping[str, in
     """Thesis Algorithm 10 for explicit band heights ``band_rows[scenario][layer]`` (missing: whole height).
 
     Lines 2-7: phases, CSDF graph and minimum buffers with a schedule per scenario; lines 8-10: the reduced
-    buffers of every scenario in one arena (``plan_arena`` over :func:`reduced_problem`). ``cuts[scenario]``
+    buffers of every scenario in one arena (``sbrs.memory.place`` over :func:`reduced_problem`). ``cuts[scenario]``
     partitions a scenario at those tensors (:class:`~sbrs.reduction.csdf.CsdfGraph`): each partition's line
     buffers live only while it runs, so the arena reuses them across partitions (lines 2-9). ``tiles[scenario]``:
     ``(layers, band_rows)`` groups fired as one actor each (seed 002's tiling, :mod:`sbrs.reduction.tiles`).
@@ -180,7 +180,8 @@ def plan_reduction(scenarios: Scenarios, band_rows: Mapping[str, Mapping[str, in
     schedules = {s: schedule_csdf(g) for s, g in graphs.items()}
     problem = reduced_problem(schedules.values(), alignment=alignment)
     fps = {s: 1.0 / max(config_seconds(m, bands[s], graphs[s].tiles, cost), 1e-12) for s, m in models.items()}
-    return ReductionPlan(bands, graphs, schedules, problem, plan_arena(problem), params_bytes(models.values()), fps,
+    arena = place(problem, what="the reduced buffers (Algorithm 10) of " + ", ".join(models))
+    return ReductionPlan(bands, graphs, schedules, problem, arena, params_bytes(models.values()), fps,
                          {s: g.cuts for s, g in graphs.items() if g.cuts})
 
 
@@ -472,7 +473,7 @@ class _Evaluator:
         if chromosome not in self.points:
             parts = {s: self._scenario(s, chromosome) for s in self.models}
             problem = reduced_problem([p[1] for p in parts.values()], alignment=self.alignment)
-            arena = plan_arena(problem).arena_bytes
+            arena = plan_arena(problem).arena_bytes  # a size only, thousands of times: the planner without place
             sparse: dict[str, dict[str, int]] = {}
             for gene, value in zip(self.genes, chromosome, strict=True):
                 if value:

@@ -357,7 +357,7 @@ def reduced_problem(schedules: Schedule | Iterable[Schedule], *, alignment: int 
 
     Each schedule is one timeline (named by :attr:`Schedule.name`, e.g. the scenario); a block is live from
     the step its producer first fires to the step its last consumer last fires, with the reduced size in
-    bytes. Feed the result to :func:`sbrs.memory.plan_arena` (or ``buffers_reuse``, Algorithm 8) for the
+    bytes. Feed the result to :func:`sbrs.memory.place` (or ``buffers_reuse``, Algorithm 8) for the
     reduced arena; a tiled group's firing adds a block of its internal tensors, live at that step only.
     ``per_edge=True`` gives one block per FIFO channel instead, sized ``max(c_ij + c_jj)`` (the thesis'
     one-buffer-per-edge view; a tensor with several consumers is then stored several times).

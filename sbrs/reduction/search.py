@@ -17,7 +17,7 @@ so they are not used.
 The result (chosen band heights, phases Φ of every layer, the Pareto front, the figures of the chosen
 configuration, the arena of the calls :mod:`sbrs.compile.parts` compiles) is saved in the plan file
 (``AppPlan.reduction``, under the plan's checksum and app fingerprint); :func:`load_reduction` and
-:func:`load_reduction_strategy` read it back for ``sbrs.compile.parts_plan.reduced_plan``.
+:func:`load_reduction_strategy` read it back for ``sbrs.compile.fit.app_parts``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from sbrs.compile.parts import compile_parts, executable_bands
 from sbrs.errors import InputError
-from sbrs.memory import buffers_reuse, check_plan, lower_bound
+from sbrs.memory import buffers_reuse
 from sbrs.model.fold import fold_model
 from sbrs.reduction import AnalyticCostModel, CostModel, GaParams, ReductionResult, plan_reduction, reduce_buffers
 from sbrs.reduction.cost import model_fps
@@ -118,18 +118,16 @@ def _height(model: Any, layer: str) -> int:
 
 
 def _figures(models: Mapping[str, Any], result: ReductionResult, cost: CostModel) -> dict[str, Any]:
-    """Buffer figures of the chosen configuration (Algorithm 10) and of its executor's arena, both checked."""
+    """Buffer figures of the chosen configuration (Algorithm 10) and of its executor's arena, both placed by
+    ``sbrs.memory.place`` (planned and verified)."""
     reduced = plan_reduction(models, result.band_rows, cost=cost, cuts=result.cuts, tiles=result.tiles)
-    problems = check_plan(reduced.problem, reduced.arena)
-    if problems:
-        raise InputError(f"internal error: the reduced plan is invalid: {problems[0]}")
     runnable = {s: executable_bands(m, result.band_rows.get(s, {})) for s, m in models.items()}
     parts = compile_parts(models, runnable, cuts=result.cuts, tiles=result.tiles)
     return {
         "params_bytes": reduced.params_bytes,
         "arena_bytes": reduced.arena.arena_bytes,
         "reuse_bytes": buffers_reuse(reduced.problem, aligned=True).total,
-        "lower_bound_bytes": lower_bound(reduced.problem),
+        "lower_bound_bytes": reduced.arena.lower_bound_bytes,
         "memory_bytes": reduced.memory_bytes,
         "fps_estimate": dict(reduced.fps),
         "executor_arena_bytes": parts.arena_bytes,
@@ -168,8 +166,8 @@ def load_reduction(path: str | Path, app: App) -> dict[str, dict[str, int]]:
 
 def load_reduction_strategy(path: str | Path, app: App) -> dict[str, Any]:
     """The partition cuts and tile groups chosen with the band heights of :func:`load_reduction`, as
-    ``{"cuts": ..., "tiles": ...}`` (the ``strategy`` of ``sbrs.compile.parts_plan.reduced_plan``, keyword
-    arguments of ``compile_parts`` and ``ReducedRuntime.from_models``); empty for an older plan."""
+    ``{"cuts": ..., "tiles": ...}`` (the ``strategy`` of ``sbrs.compile.fit.app_parts``, keyword
+    arguments of ``compile_parts`` and ``Runtime.from_models``); empty for an older plan."""
     from sbrs.memory import load_plan
 
     reduction = load_plan(path, app).reduction or {}

@@ -35,7 +35,7 @@ acted on is reported to observers as ``request_handled("switch", "replaced")``; 
 
 With ``interrupt`` (``runtime.on_switch: cancel``) the node also tells the runtime, under its lock, whenever a
 switch to another scenario becomes pending and when none is pending any more, so that the frame in flight can
-be given up (``Runtime._cancelling``); ``abandon`` ends a switch whose first frame was given up that way.
+be given up (``sbrs.runtime.switching.cancelling``); ``abandon`` ends a switch whose first frame was given up that way.
 
 The node holds no module state; its lock makes every method safe from any thread. ``pending`` is a plain
 attribute read, cheap enough for the frame loop to test at every step.

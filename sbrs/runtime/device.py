@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnxruntime as ort
 
-from sbrs.ort_env import GPU_PROVIDERS
+from sbrs.ort_env import GPU_PROVIDERS, create_session
 
 if TYPE_CHECKING:  # onnx is imported where a model is built, never on the path that runs a compiled build
     import onnx
@@ -85,6 +85,32 @@ class ArenaMemory:
         if offset < 0 or offset + count > self.nbytes:
             raise ValueError(f"view [{offset}, {offset + count}) outside the arena of {self.nbytes} bytes")
         return self.host[offset:offset + count].view(dtype).reshape(shape)
+
+
+def device_copy(pointer: int, shape: tuple[int, ...], dtype: np.dtype, device: str, providers: tuple[str, ...], *,
+                to_device: bool) -> tuple[Callable[..., Any], ort.InferenceSession]:
+    """GPU arena only (untested here): a copy between a host buffer and the device slot at ``pointer``, made by an
+    Identity session (``copy_model``) whose host side is bound to a numpy buffer. ``to_device``: a frame's
+    copy-in (``copy(array)``), else an output's copy-out (``copy()`` returns the host copy). Returns the copy
+    and its session (kept by the runtime)."""
+    session = create_session(copy_model(shape, dtype.name), providers)
+    host = np.zeros(shape, dtype)
+    binding = session.io_binding()
+    host_side, device_side = ("x", "y") if to_device else ("y", "x")
+    bind_host = binding.bind_input if to_device else binding.bind_output
+    bind_device = binding.bind_output if to_device else binding.bind_input
+    bind_host(host_side, "cpu", 0, dtype, list(shape), host.ctypes.data)
+    bind_device(device_side, device, 0, dtype, list(shape), pointer)
+
+    def copy_in(array: np.ndarray) -> None:
+        np.copyto(host, array)
+        session.run_with_iobinding(binding)
+
+    def copy_out() -> np.ndarray:
+        session.run_with_iobinding(binding)
+        return host.copy()
+
+    return (copy_in if to_device else copy_out), session
 
 
 def copy_model(shape: tuple[int, ...], dtype: str) -> onnx.ModelProto:

@@ -9,7 +9,7 @@ runtime by parts.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,10 +17,16 @@ from typing import TYPE_CHECKING, Any
 from sbrs.errors import InputError
 
 if TYPE_CHECKING:
+    import onnx
+
     from sbrs.app.app import App
     from sbrs.app.config import AppConfig
     from sbrs.artifact.read import LoadedBuild
-    from sbrs.runtime.engine import Runtime
+    from sbrs.compile.parts import Tiles
+    from sbrs.compile.parts_plan import PartsPlan
+    from sbrs.compile.transitions import TransitionPlan
+    from sbrs.model.cnn import CnnModel
+    from sbrs.runtime.engine import Program, Runtime
     from sbrs.runtime.events import RunObserver
 
 
@@ -32,10 +38,9 @@ def runtime_for(app: App, *, use_build: bool = True, **options: Any) -> Runtime:
     damaged one, other options) the runtime is compiled from the models in memory, which ``app`` already
     holds, so nothing is refused here (``sbrs run`` refuses a bad build instead).
 
-    With ``memory_limit_mb`` set and reuse alone above it, the runtime runs band calls
-    (``sbrs.runtime.reduced.ReducedRuntime``, the same API): from the build, or compiled here from the
-    band heights saved in the app's plan file when it is current and made for this limit, else searched
-    now (``sbrs build``'s Algorithm 9 with its default options).
+    With ``memory_limit_mb`` set and reuse alone above it, the runtime runs band calls (the same API): from
+    the build, or compiled here from the band heights saved in the app's plan file when it is current and made
+    for this limit, else searched now (``sbrs build``'s Algorithm 9 with its default options).
     """
     from sbrs.runtime.engine import Runtime
 
@@ -50,15 +55,14 @@ def runtime_for(app: App, *, use_build: bool = True, **options: Any) -> Runtime:
             if build is not None and _same_config(build.config, app.config) and _build_fits(build, options):
                 return runtime_of_build(build, **options)
     if app.config.memory_limit_mb is not None:
-        from sbrs.compile.parts_plan import fit_reduction
+        from sbrs.compile.fit import fit_parts
         from sbrs.reduction.search import app_reduction
-        from sbrs.runtime.reduced import runtime_from_app
 
         reduction = app_reduction(app)
         if not reduction["early_exit"]:
             options.pop("granularity", None)
-            return runtime_from_app(app, fit_reduction(app, reduction), **options)
-    return Runtime(app, **options)
+            return Runtime.from_app(app, parts=fit_parts(app, reduction), **options)
+    return Runtime.from_app(app, **options)
 
 
 def _same_config(built: AppConfig, loaded: AppConfig) -> bool:
@@ -81,19 +85,110 @@ def _build_fits(build: LoadedBuild, options: Mapping[str, Any]) -> bool:
 
 
 def runtime_of_build(build: LoadedBuild, **options: Any) -> Runtime:
-    """The runtime executing ``build``: its execution units (``Runtime``) or, for an app that runs by parts,
-    its band calls (``sbrs.runtime.reduced.ReducedRuntime``); ``options`` as ``Runtime``'s (granularity is
-    not an option of a build by parts: its calls are fixed)."""
-    if build.reduced is None:
-        from sbrs.runtime.engine import Runtime
+    """The runtime executing ``build``: its execution units or, for an app that runs by parts, its band calls;
+    ``options`` as ``Runtime``'s (granularity is not an option of a build by parts: its calls are fixed)."""
+    from sbrs.runtime.engine import Runtime
 
-        if options.get("transition") in (None, build.transition):
-            options.setdefault("transition_arena", build.transition_arena)  # e.g. shared to keep a memory limit
-        return Runtime(build=build, **options)
-    from sbrs.runtime.reduced import runtime_from_build
+    return Runtime.from_build(build, **options)
 
-    options.pop("granularity", None)
-    return runtime_from_build(build, **options)
+
+def app_program(app: App, *, granularity: str | None, parts: PartsPlan | None, transition: str | None,
+                transition_arena: str | None, transition_schedule: str) -> tuple[Program, str]:
+    """What a runtime of ``app`` compiled in memory executes, and its transition mode: ``parts`` (band calls,
+    one shared arena), else the MoC (Algorithm 5) cut into execution units, their arena planned, with shadow
+    slots under SBRS-TP and the transition tables (Algorithm 6)."""
+    from sbrs.runtime.engine import Program, runtime_options
+
+    config = app.config
+    if parts is not None:
+        from sbrs.compile.parts import call_models
+
+        mode = _parts_mode(config, transition, transition_arena, transition_schedule)
+        calls = call_models(app.models, parts)
+        return Program(parts, _tables(parts), parts.model_bytes, calls.__getitem__), mode
+    from sbrs.compile.layout import unit_model
+    from sbrs.compile.transitions import build_transition_plan, plan_shadow
+    from sbrs.compile.unit_plan import build_unit_plan
+    from sbrs.moc import derive_moc
+    from sbrs.model import naive_buffer_bytes, params_bytes
+
+    mode, arena = runtime_options(config, transition, transition_arena, transition_schedule)
+    moc = derive_moc(app.models, config.adaptive)
+    plan = build_unit_plan(app, granularity, moc, transition=mode)
+    # The model's figures (thesis Eq. 2.6-2.7), kept because the models themselves are not.
+    model_bytes = {"params_bytes": params_bytes(app.models.values()),
+                   "naive_bytes": sum(naive_buffer_bytes(m) for m in app.models.values())}
+    shadow = None
+    if arena == "shadow":
+        plan, shadow = plan_shadow(plan)
+    transitions = build_transition_plan(plan, arena=arena, shadow=shadow)
+    specs = {t.id: t.spec for t in plan.tensors}
+    units = {unit.id: unit for unit in plan.units}
+
+    def model(unit_id: str) -> onnx.ModelProto:
+        return unit_model(app.models, moc, units[unit_id], specs, app.name)
+
+    return Program(plan, transitions, model_bytes, model, shadow), mode
+
+
+def build_program(build: LoadedBuild, *, granularity: str | None, transition: str | None,
+                  transition_arena: str | None, transition_schedule: str) -> tuple[Program, str]:
+    """What the runtime of a verified build executes, and its transition mode: ONNX Runtime reads the model
+    files (their optimised form where it was made on this machine). A build of units runs only with the
+    options it was compiled for; a build by parts with either mode, whatever the granularity."""
+    from sbrs.runtime.engine import Program, runtime_options
+
+    if build.parts is not None:
+        from sbrs.compile.parts_plan import call_file
+
+        parts = build.parts
+        mode = _parts_mode(build.config, transition, transition_arena, transition_schedule)
+        return Program(parts, _tables(parts), parts.model_bytes, lambda key: build.model_path(call_file(key)),
+                       optimized=build.optimized_here), mode
+    plan, transitions = build.units()
+    if transition in (None, build.transition):
+        transition_arena = transition_arena or build.transition_arena  # e.g. shared, to keep a memory limit
+    mode, arena = runtime_options(build.config, transition, transition_arena, transition_schedule)
+    if not build.matches(granularity, mode, arena):
+        raise InputError(f"the build was compiled for granularity {build.granularity}, transition "
+                         f"{build.transition}, arena {build.transition_arena}; run `sbrs build` with the "
+                         f"options wanted or load the app", field="build")
+    return Program(plan, transitions, build.model_bytes, build.unit_path, build.shadow,
+                   optimized=build.optimized_here, release=True), mode
+
+
+def models_program(models: Mapping[str, CnnModel], band_rows: Mapping[str, Mapping[str, int]] | None, *,
+                   cuts: Mapping[str, Sequence[str]] | None, tiles: Tiles | None, initial: str | None,
+                   threads: int | None, transition: str) -> tuple[AppConfig, Program]:
+    """The configuration and program of bare models run by parts (``Runtime.from_models``)."""
+    from sbrs.compile.fit import models_config
+    from sbrs.compile.parts import call_models, compile_parts
+    from sbrs.runtime.engine import Program
+
+    config = models_config(models, initial=initial, threads=threads, transition=transition)
+    plan = compile_parts(models, band_rows, cuts=cuts, tiles=tiles)
+    calls = call_models(models, plan)
+    return config, Program(plan, _tables(plan), plan.model_bytes, calls.__getitem__)
+
+
+def _parts_mode(config: AppConfig, transition: str | None, transition_arena: str | None,
+                transition_schedule: str) -> str:
+    """The transition mode of a runtime by parts; its arena is the one shared arena (shadow slots would double
+    the arena the memory limit bounds)."""
+    from sbrs.runtime.engine import runtime_options
+
+    mode, arena = runtime_options(config, transition, transition_arena or "shared", transition_schedule)
+    if arena != "shared":
+        raise InputError(f"transition arena '{arena}' is not available when the app runs by parts (its "
+                         "arena is bounded by memory_limit_mb): use 'shared'", field="transition_arena")
+    return mode
+
+
+def _tables(parts: PartsPlan) -> TransitionPlan:
+    if parts.transitions is None:
+        raise InputError("the parts plan has no transition tables (compile it with sbrs.compile.parts.compile_parts)",
+                         field="parts")
+    return parts.transitions
 
 
 def open_runtime(app_path: str | Path, *, granularity: str | None = None, transition: str | None = None,
@@ -115,7 +210,7 @@ def open_runtime(app_path: str | Path, *, granularity: str | None = None, transi
             f"({build.optimized_for}); loading its portable models instead (a slower start; `sbrs build "
             f"{app_path}` here makes them for this machine)")
     if _build_fits(build, {"granularity": granularity, "transition": transition}):
-        if build.reduced is not None and granularity is not None:
+        if build.parts is not None and granularity is not None:
             say(f"sbrs run: the app runs by parts under its memory limit; --granularity {granularity} does not apply")
         runtime = runtime_of_build(build, granularity=granularity, transition=transition, on_switch=on_switch,
                                    observers=observers)
@@ -126,6 +221,7 @@ def open_runtime(app_path: str | Path, *, granularity: str | None = None, transi
     from sbrs.artifact.write import scenario_memory_mb
 
     app = load_app(app_path)
-    runtime = Runtime(app, granularity=granularity, transition=transition, on_switch=on_switch, observers=observers)
+    runtime = Runtime.from_app(app, granularity=granularity, transition=transition, on_switch=on_switch,
+                               observers=observers)
     memory = scenario_memory_mb(app, runtime.plan)
     return runtime, app.config, memory

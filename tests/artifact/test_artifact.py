@@ -77,7 +77,7 @@ def test_build_runs_like_onnx_runtime_on_each_scenario_model(name: str, here: bo
         monkeypatch.setattr("sbrs.ort_env.machine_key", lambda providers: "another machine")
     loaded = load_build(app.config.path, folder)
     assert loaded.optimized_here is here
-    build = Runtime(build=loaded)
+    build = Runtime.from_build(loaded)
     assert all(session._model_path.endswith(OPTIMIZED_SUFFIX) is here for session in build._sessions.values())
     rng = np.random.default_rng(3)
     frame = rng.standard_normal(tuple(app.config.input.shape)).astype(app.config.input.dtype)

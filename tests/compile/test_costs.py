@@ -8,7 +8,7 @@ from sbrs.compile.costs import cached_costs, costs_path, measure_costs
 from sbrs.model import CnnModel
 from sbrs.model.fold import fold_model
 from sbrs.reduction import GaParams, MeasuredCostModel, layer_height, reduce_buffers
-from sbrs.runtime.reduced import ReducedRuntime
+from sbrs.runtime.engine import Runtime
 from tests.runtime.conftest import References, assert_equivalent
 
 
@@ -31,6 +31,6 @@ def test_measured_costs_are_cached_and_drive_the_search(load_example) -> None:
     assert result.feasible
     frame = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
     references = References(app)
-    with ReducedRuntime.from_models(models, result.band_rows, cuts=result.cuts, tiles=result.tiles) as runtime:
+    with Runtime.from_models(models, result.band_rows, cuts=result.cuts, tiles=result.tiles) as runtime:
         assert_equivalent(runtime.infer(frame), references.outputs("full", frame), "GA choice")
     assert measure_costs(models, (0, 4), repeats=1).entries  # a direct measurement works too

@@ -1,7 +1,7 @@
 """Execution by parts on ONNX Runtime: invariant 1 under reduction, arena safety.
 
-The calls ``sbrs.compile.parts`` compiles run on the one runtime by parts (``sbrs.runtime.reduced``), made
-from models (``ReducedRuntime.from_models``) or from an example app (``reduced_plan``). Every zoo CNN at a
+The calls ``sbrs.compile.parts`` compiles run on the one runtime (``sbrs.runtime.engine``), made
+from models (``Runtime.from_models``) or from an example app (``app_parts``). Every zoo CNN at a
 small resolution runs with the maximal reduction the planner allows (1-row bands in every row-local layer)
 and with a mixed configuration (band heights 1, 2, 4, 8 and whole, by layer), and must equal its own
 unreduced model run by ONNX Runtime (max abs diff <= 1e-5 * max(1, max |ref|)). Every example app runs under
@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from sbrs import zoo
-from sbrs.compile.parts import PartsPlan, call_model, compile_parts, executable_bands
-from sbrs.compile.parts_plan import reduced_plan
+from sbrs.compile.fit import app_parts
+from sbrs.compile.parts import call_model, compile_parts, executable_bands
+from sbrs.compile.parts_plan import PartsPlan
 from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.memory import check_plan
 from sbrs.model import CnnModel
@@ -23,7 +24,7 @@ from sbrs.model.fold import fold_model
 from sbrs.model.onnx_export import to_onnx
 from sbrs.reduction import cut_genes, maximal_bands, plan_reduction, reduction_genes
 from sbrs.reduction.tiles import tile_groups
-from sbrs.runtime.reduced import ReducedRuntime, runtime_from_app
+from sbrs.runtime.engine import Runtime
 from tests.conftest import APPS, ort_session, zoo_model
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 
@@ -58,7 +59,7 @@ def test_zoo_by_parts_equals_unreduced(name: str, config: str) -> None:
     bands = maximal_bands(model) if config == "maximal" else mixed_bands(model)
     frame = frame_of(model)
     want = reference(model, frame)
-    with ReducedRuntime.from_models({name: model}, {name: bands}) as runtime:
+    with Runtime.from_models({name: model}, {name: bands}) as runtime:
         compiled = source(runtime)
         parts = compiled.scenarios[name]
         assert parts.band_calls > 0, "nothing ran by parts"
@@ -91,10 +92,10 @@ def test_band_calls_fuse_conv_batchnorm_activation_and_use_pad_variants() -> Non
     assert any(call.moves for call in parts.calls)  # sliding line buffers move their kept rows
 
 
-def source(runtime: ReducedRuntime) -> PartsPlan:
+def source(runtime: Runtime) -> PartsPlan:
     """What ``compile_parts`` compiled for ``runtime`` (kept in memory by a runtime not loaded from a build)."""
-    assert runtime.reduced.source is not None
-    return runtime.reduced.source
+    assert runtime.plan.problem is not None and runtime.plan.arena is not None
+    return runtime.plan
 
 
 def rows_of(parts: object) -> set[str]:
@@ -135,7 +136,7 @@ def test_example_apps_under_reduction(path, load_example) -> None:
     app = load_example(path.stem)
     references = References(app)
     bands = example_bands(dict(app.models))
-    with runtime_from_app(app, reduced_plan(app, bands, {})) as runtime:
+    with Runtime.from_app(app, parts=app_parts(app, bands, {})) as runtime:
         assert check_plan(source(runtime).problem, source(runtime).arena) == []
         assert runtime.scenario == app.config.initial
         order = [*runtime.scenarios, app.config.initial]
@@ -147,7 +148,7 @@ def test_example_apps_under_reduction(path, load_example) -> None:
 
 def test_api_errors_leave_the_runtime_usable() -> None:
     model = zoo_model("squeezenet1_1")
-    runtime = ReducedRuntime.from_models({"sq": model}, {"sq": maximal_bands(model)})
+    runtime = Runtime.from_models({"sq": model}, {"sq": maximal_bands(model)})
     frame = frame_of(model)
     with pytest.raises(InputError):
         runtime.switch("nope")
@@ -159,11 +160,11 @@ def test_api_errors_leave_the_runtime_usable() -> None:
     with pytest.raises(InputError):
         compile_parts({"sq": model}, {"other": {}})
     with pytest.raises(InputError, match="other"):
-        ReducedRuntime.from_models({"sq": model}, cuts={"other": ()})
+        Runtime.from_models({"sq": model}, cuts={"other": ()})
     with pytest.raises(InputError, match="initial"):
-        ReducedRuntime.from_models({"sq": model}, initial="other")
+        Runtime.from_models({"sq": model}, initial="other")
     with pytest.raises(InputError, match="share one input"):  # as an app's scenarios, they share its input
-        ReducedRuntime.from_models({"sq": model, "cifar": zoo_model("cifar_resnet")})
+        Runtime.from_models({"sq": model, "cifar": zoo_model("cifar_resnet")})
     runtime.close()
     with pytest.raises(SbrsRuntimeError):
         runtime.infer(frame)
@@ -173,8 +174,8 @@ def test_timed_calls_time_every_step_feeds_included_and_change_nothing() -> None
     """What the cost table (``sbrs.compile.costs``) splits over the layers: one figure per step."""
     model = zoo_model("squeezenet1_1")
     frame = frame_of(model)
-    with ReducedRuntime.from_models({"sq": model}, {"sq": maximal_bands(model, stream_input=True)}) as runtime:
-        calls = runtime.reduced.scenarios["sq"].calls
+    with Runtime.from_models({"sq": model}, {"sq": maximal_bands(model, stream_input=True)}) as runtime:
+        calls = runtime.plan.scenarios["sq"].calls
         seconds = runtime.timed_calls(frame, 2, reduce="min")
         assert len(seconds) == len(calls) and all(s > 0 for s in seconds)
         assert any(call.feed for call in calls)  # the frame streamed: its feeds are steps too
@@ -197,13 +198,13 @@ def test_partitions_and_a_streamed_input_keep_outputs_and_lower_the_arena(name: 
     assert cuts[name]
     frame = frame_of(model)
     want = reference(model, frame)
-    with ReducedRuntime.from_models({name: model}, {name: bands}) as plain, \
-            ReducedRuntime.from_models({name: model}, {name: bands}, cuts=cuts) as cut:
+    with Runtime.from_models({name: model}, {name: bands}) as plain, \
+            Runtime.from_models({name: model}, {name: bands}, cuts=cuts) as cut:
         parts = source(cut).scenarios[name]
         assert any(call.feed for call in parts.calls) and parts.buffer(model.graph_inputs[0]).capacity < 64
-        assert cut.reduced.scenarios[name].streamed
+        assert cut.plan.scenarios[name].streamed
         assert check_plan(source(cut).problem, source(cut).arena) == []
-        assert cut.arena_bytes == cut.reduced.lower_bound_bytes
+        assert cut.arena_bytes == cut.plan.lower_bound_bytes
         if name == "mobilenet_v2":  # cuts pay where the CNN narrows; elsewhere the search leaves them out
             assert cut.arena_bytes < plain.arena_bytes
         for runtime in (plain, cut):
@@ -225,7 +226,7 @@ def test_tiled_groups_recompute_halos_and_equal_unreduced(name: str, band: int) 
     bands = {model.layers[0].name: 2}  # the frame streamed two rows at a time
     frame = frame_of(model)
     want = reference(model, frame)
-    with ReducedRuntime.from_models({name: model}, {name: bands}, tiles=tiles) as runtime:
+    with Runtime.from_models({name: model}, {name: bands}, tiles=tiles) as runtime:
         parts = source(runtime).scenarios[name]
         assert check_plan(source(runtime).problem, source(runtime).arena) == []
         internal = {model.layer(n).outputs[0] for g in groups for n in g[:-1]}

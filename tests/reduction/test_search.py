@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from sbrs.cli import main
-from sbrs.compile.parts_plan import reduced_plan
+from sbrs.compile.fit import app_parts
 from sbrs.reduction.search import load_reduction, load_reduction_strategy
-from sbrs.runtime.reduced import runtime_from_app
+from sbrs.runtime.engine import Runtime
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,7 +59,7 @@ def test_tight_limit_chooses_a_reduction_and_saves_it(load_example, tmp_path: Pa
     assert {s: list(c) for s, c in strategy["cuts"].items()} == reduction["cuts"]
     assert {s: [[list(g), b] for g, b in t] for s, t in strategy["tiles"].items()} == reduction["tiles"]
     references = References(app)  # spot check: the chosen configuration, run for real, equals the models
-    with runtime_from_app(app, reduced_plan(app, bands, {}, strategy)) as runtime:
+    with Runtime.from_app(app, parts=app_parts(app, bands, {}, strategy)) as runtime:
         assert runtime.arena_bytes == reduction["figures"]["executor_arena_bytes"]
         for scenario in runtime.scenarios:
             runtime.switch(scenario)

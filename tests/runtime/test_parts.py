@@ -1,4 +1,4 @@
-"""Processing by parts inside the one runtime (``sbrs.runtime.reduced``): an app with ``memory_limit_mb`` runs
+"""Processing by parts inside the one runtime (``sbrs.runtime.engine``, a plan by parts): an app with ``memory_limit_mb`` runs
 band calls behind the ``Runtime`` API, within its limit, with outputs equal to ONNX Runtime on each scenario's
 own model (invariant 1), in steady state and on both frames around every switch, under SBRS-TP and naive;
 with the frame streamed too (a band on the graph input: feeds copy its rows into a line buffer), in memory and
@@ -20,11 +20,11 @@ import pytest
 
 from sbrs.app import App, load_app
 from sbrs.cli import main
-from sbrs.compile.parts_plan import parts_accesses, reduced_plan, strategy_of
-from sbrs.compile.transitions import StepAccess, check_schedule, hazard_waits
+from sbrs.compile.fit import app_parts, strategy_of
+from sbrs.compile.parts_plan import parts_accesses
+from sbrs.compile.transitions import StepAccess, accesses_conflict, check_schedule, hazard_waits
 from sbrs.runtime import runtime_for
 from sbrs.runtime.engine import Runtime
-from sbrs.runtime.reduced import ReducedRuntime, runtime_from_app
 from tests.conftest import modules_a_run_loads
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 
@@ -52,31 +52,31 @@ def refs(app: App) -> References:
 
 
 @pytest.fixture(scope="module")
-def runtime(app: App) -> ReducedRuntime:
+def runtime(app: App) -> Runtime:
     rt = runtime_for(app)
-    assert isinstance(rt, ReducedRuntime)
+    assert rt.execution == "parts"
     return rt
 
 
 @pytest.fixture(scope="module")
-def roomy_runtime(app: App, runtime: ReducedRuntime) -> ReducedRuntime:
+def roomy_runtime(app: App, runtime: Runtime) -> Runtime:
     """The band calls the limited app's build chose, compiled with a 2 MB limit: room in the arena for a
     transition to overlap (at 0.87 MB there is none), independent of what the search picks."""
-    chosen = runtime.reduced.reduction
-    plan = reduced_plan(app, chosen["band_rows"], {"memory_limit_bytes": 2_000_000}, strategy_of(chosen))
-    return runtime_from_app(app, plan)
+    chosen = runtime.plan.reduction
+    plan = app_parts(app, chosen["band_rows"], {"memory_limit_bytes": 2_000_000}, strategy_of(chosen))
+    return Runtime.from_app(app, parts=plan)
 
 
-def test_every_scenario_runs_within_the_limit_and_equals_onnx_runtime(runtime: ReducedRuntime, app: App,
+def test_every_scenario_runs_within_the_limit_and_equals_onnx_runtime(runtime: Runtime, app: App,
                                                                       refs: References) -> None:
     report = runtime.memory_report()
     assert report["execution"] == "parts" and report["limit_bytes"] == 870_000
     assert report["params_bytes"] + report["arena_bytes"] <= report["limit_bytes"]
     assert report["within_limit"] is True and report["total_bytes"] == report["params_bytes"] + report["arena_bytes"]
     assert report["arena_bytes"] == runtime._arena.nbytes == runtime.arena_bytes  # what was really allocated
-    assert report["planned_arena_bytes"] == runtime.reduced.arena_bytes
+    assert report["planned_arena_bytes"] == runtime.plan.arena_bytes
     # every scenario runs some band calls (line-buffer bands or receptive-field tiles)
-    assert all(any(call.band for call in runtime.reduced.scenarios[s].calls) for s in runtime.scenarios), \
+    assert all(any(call.banded for call in runtime.plan.scenarios[s].calls) for s in runtime.scenarios), \
         "nothing runs by parts"
     for scenario in runtime.scenarios:
         runtime.switch(scenario)
@@ -85,10 +85,16 @@ def test_every_scenario_runs_within_the_limit_and_equals_onnx_runtime(runtime: R
             assert_equivalent(runtime.infer(frame), refs.outputs(scenario, frame), f"{scenario} frame {seed}")
 
 
-def assert_tables_come_from_the_bytes_bound(runtime: ReducedRuntime) -> dict[str, tuple[StepAccess, ...]]:
+def reference_waits(old: tuple[StepAccess, ...], new: tuple[StepAccess, ...]) -> tuple[int, ...]:
+    """wait_i by its definition: the last old step (1-based) that conflicts with new step i (0 when none)."""
+    return tuple(max((j for j, step in enumerate(old, 1) if accesses_conflict(step, target)), default=0)
+                 for target in new)
+
+
+def assert_tables_come_from_the_bytes_bound(runtime: Runtime) -> dict[str, tuple[StepAccess, ...]]:
     """The plan's accesses equal the bytes really bound, its tables are the reference waits over them and pass
     the checker; returns the planned accesses."""
-    plan = runtime.reduced
+    plan = runtime.plan
     bound = runtime.bound_accesses()
     planned = {s: parts_accesses(p) for s, p in plan.scenarios.items()}
     for scenario, steps in planned.items():
@@ -97,22 +103,22 @@ def assert_tables_come_from_the_bytes_bound(runtime: ReducedRuntime) -> dict[str
             assert {r[1:] for r in got.reads} == {r[1:] for r in want.reads}
             assert {r[1:] for r in got.writes} == {r[1:] for r in want.writes}
     for table in plan.transitions.pairs.values():  # the vectorised waits are the reference definition's
-        assert table.wait == hazard_waits(planned[table.old], planned[table.new])
+        assert table.wait == reference_waits(planned[table.old], planned[table.new])
     waits = {key: table.wait for key, table in plan.transitions.pairs.items()}
     assert check_schedule(bound, waits, limit=1) == []
     return planned
 
 
-def test_tables_come_from_the_bytes_really_bound_and_are_safe(runtime: ReducedRuntime) -> None:
+def test_tables_come_from_the_bytes_really_bound_and_are_safe(runtime: Runtime) -> None:
     assert_tables_come_from_the_bytes_bound(runtime)
 
 
 @pytest.mark.parametrize("schedule", ["priority", "threads"])
-def test_sbrs_tp_switch_at_every_step_keeps_both_frames_equal_to_onnx_runtime(roomy_runtime: ReducedRuntime,
+def test_sbrs_tp_switch_at_every_step_keeps_both_frames_equal_to_onnx_runtime(roomy_runtime: Runtime,
                                                                                app: App, refs: References,
                                                                                schedule: str) -> None:
     runtime = roomy_runtime
-    assert all(any(call.band for call in runtime.reduced.scenarios[s].calls) for s in runtime.scenarios)
+    assert all(any(call.banded for call in runtime.plan.scenarios[s].calls) for s in runtime.scenarios)
     frames = (random_frame(app, 3), random_frame(app, 4))
     overlapped = 0
     runtime.transition_schedule = schedule
@@ -120,7 +126,7 @@ def test_sbrs_tp_switch_at_every_step_keeps_both_frames_equal_to_onnx_runtime(ro
         for new in runtime.scenarios:
             if old == new:
                 continue
-            for step in range(1, len(runtime.reduced.scenarios[old].calls) + 1, 3):
+            for step in range(1, len(runtime.plan.scenarios[old].calls) + 1, 3):
                 runtime.switch(old)
                 runtime.infer(frames[0])
                 results = sorted(runtime._process(frames, inject=(step, new)), key=lambda r: r.index)
@@ -139,7 +145,7 @@ def test_sbrs_tp_switch_at_every_step_keeps_both_frames_equal_to_onnx_runtime(ro
 
 def test_naive_switching_by_parts(app: App, refs: References) -> None:
     with runtime_for(app, transition="naive") as rt:
-        assert isinstance(rt, ReducedRuntime) and rt.transition == "naive"
+        assert rt.execution == "parts" and rt.transition == "naive"
         frames = [random_frame(app, seed) for seed in range(4)]
         rt.switch("full")
         rt.infer(frames[0])
@@ -150,10 +156,10 @@ def test_naive_switching_by_parts(app: App, refs: References) -> None:
             assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]), "naive")
 
 
-def test_facts_carry_the_memory_report_for_the_metrics(runtime: ReducedRuntime) -> None:
+def test_facts_carry_the_memory_report_for_the_metrics(runtime: Runtime) -> None:
     facts = runtime.facts()
     report = runtime.memory_report()
-    assert facts["granularity"] == "parts" and facts["steps"]["full"] == len(runtime.reduced.scenarios["full"].calls)
+    assert facts["granularity"] == "parts" and facts["steps"]["full"] == len(runtime.plan.scenarios["full"].calls)
     for key in ("params_bytes", "arena_bytes", "total_bytes", "limit_bytes", "planned_arena_bytes"):
         assert facts[f"memory_{key}"] == report[key]
     pytest.importorskip("prometheus_client")
@@ -166,7 +172,7 @@ def test_facts_carry_the_memory_report_for_the_metrics(runtime: ReducedRuntime) 
     assert samples["sbrs_memory_limit_bytes"] == 870_000
 
 
-def test_a_bad_frame_or_scenario_changes_nothing(runtime: ReducedRuntime, app: App, refs: References) -> None:
+def test_a_bad_frame_or_scenario_changes_nothing(runtime: Runtime, app: App, refs: References) -> None:
     from sbrs.errors import InputError
 
     runtime.switch("skip")
@@ -179,17 +185,17 @@ def test_a_bad_frame_or_scenario_changes_nothing(runtime: ReducedRuntime, app: A
 
 
 def test_the_unit_runtime_reports_its_memory_too(load_example: Callable[[str], App]) -> None:
-    with Runtime(load_example("tiny")) as rt:
+    with Runtime.from_app(load_example("tiny")) as rt:
         report = rt.memory_report()
     assert report["execution"] == "units" and report["limit_bytes"] is None and report["within_limit"] is None
     assert report["arena_bytes"] == rt.plan.arena_bytes and report["params_bytes"] > 0
 
 
-def test_without_the_build_the_app_compiles_the_saved_band_heights_in_memory(app: App, runtime: ReducedRuntime,
+def test_without_the_build_the_app_compiles_the_saved_band_heights_in_memory(app: App, runtime: Runtime,
                                                                              refs: References) -> None:
     with runtime_for(app, use_build=False) as in_memory:
-        assert isinstance(in_memory, ReducedRuntime)
-        assert in_memory.reduced.reduction["band_rows"] == runtime.reduced.reduction["band_rows"]
+        assert in_memory.execution == "parts"
+        assert in_memory.plan.reduction["band_rows"] == runtime.plan.reduction["band_rows"]
         assert in_memory.memory_report()["within_limit"]
         frame = random_frame(app, 11)
         for scenario in in_memory.scenarios:
@@ -202,7 +208,7 @@ def test_a_build_by_parts_is_not_a_build_of_units(limited: Path) -> None:
     from sbrs.errors import InputError
 
     with pytest.raises(InputError, match="runs by parts"):
-        Runtime(build=load_build(limited))
+        load_build(limited).units()
 
 
 def test_cancelling_the_frame_in_flight_by_parts(app: App, refs: References) -> None:
@@ -212,7 +218,7 @@ def test_cancelling_the_frame_in_flight_by_parts(app: App, refs: References) -> 
 
     frames = [random_frame(app, seed) for seed in range(3)]
     with runtime_for(app, on_switch="cancel") as rt:
-        assert isinstance(rt, ReducedRuntime)
+        assert rt.execution == "parts"
         steps = len(rt._calls["full"])
         for step, after in ((1, False), (steps // 2, False), (steps // 2, True), (steps, False)):
             rt.switch("full")
@@ -237,7 +243,7 @@ def test_switches_from_three_threads_never_lose_a_frame(app: App, refs: Referenc
     frames = [random_frame(app, 100 + k) for k in range(DISTINCT_FRAMES)]
     want = {(s, k): refs.outputs(s, frame) for s in refs.sessions for k, frame in enumerate(frames)}
     with runtime_for(app, transition=transition, transition_schedule=schedule, on_switch=on_switch) as rt:
-        assert isinstance(rt, ReducedRuntime)
+        assert rt.execution == "parts"
         for order in ("completion", "stream"):
             results = stress(rt, frames, 0.4, seed=5, order=order)
             indices = [r.index for r in results]
@@ -263,20 +269,20 @@ def streamed_bands(app: App, chosen: Mapping[str, Any]) -> dict[str, dict[str, i
 
 
 @pytest.fixture(scope="module", params=[870_000, 2_000_000], ids=["at-the-limit", "roomy"])
-def streamed(request: pytest.FixtureRequest, app: App, runtime: ReducedRuntime) -> ReducedRuntime:
+def streamed(request: pytest.FixtureRequest, app: App, runtime: Runtime) -> Runtime:
     """The build's choice with the frame streamed, under the app's own limit (no room: switches wait for the
     old frame's feeds and calls on shared bytes) and under 2 MB (room for transitions to overlap)."""
-    chosen = runtime.reduced.reduction
-    plan = reduced_plan(app, streamed_bands(app, chosen), {"memory_limit_bytes": request.param}, strategy_of(chosen))
-    return runtime_from_app(app, plan)
+    chosen = runtime.plan.reduction
+    plan = app_parts(app, streamed_bands(app, chosen), {"memory_limit_bytes": request.param}, strategy_of(chosen))
+    return Runtime.from_app(app, parts=plan)
 
 
-def test_a_streamed_input_runs_by_rows_equal_to_onnx_runtime(streamed: ReducedRuntime, app: App,
+def test_a_streamed_input_runs_by_rows_equal_to_onnx_runtime(streamed: Runtime, app: App,
                                                              refs: References) -> None:
     report = streamed.memory_report()
-    limit = streamed.reduced.memory_limit_bytes  # the limit the plan was compiled for
+    limit = streamed.plan.memory_limit_bytes  # the limit the plan was compiled for
     assert limit is not None and report["total_bytes"] <= limit, report
-    for scenario, parts in streamed.reduced.scenarios.items():
+    for scenario, parts in streamed.plan.scenarios.items():
         assert parts.streamed and sum(call.feed for call in parts.calls) == 8  # 32 rows in 4-row bands
         buffer = next(b for b in parts.buffers if b.tensor == parts.input)
         assert buffer.layout == "rows" and buffer.capacity < 32, buffer  # a line buffer, not the frame
@@ -289,8 +295,8 @@ def test_a_streamed_input_runs_by_rows_equal_to_onnx_runtime(streamed: ReducedRu
             assert_equivalent(streamed.infer(frame), refs.outputs(scenario, frame), f"streamed {scenario} {seed}")
 
 
-def test_feeds_are_in_the_tables_and_keep_switches_safe(streamed: ReducedRuntime) -> None:
-    plan = streamed.reduced
+def test_feeds_are_in_the_tables_and_keep_switches_safe(streamed: Runtime) -> None:
+    plan = streamed.plan
     bound = streamed.bound_accesses()
     planned = assert_tables_come_from_the_bytes_bound(streamed)
     for scenario, steps in planned.items():
@@ -310,7 +316,7 @@ def test_feeds_are_in_the_tables_and_keep_switches_safe(streamed: ReducedRuntime
 
 
 @pytest.mark.parametrize("schedule", ["priority", "threads"])
-def test_sbrs_tp_switch_at_every_step_with_a_streamed_input(streamed: ReducedRuntime, app: App, refs: References,
+def test_sbrs_tp_switch_at_every_step_with_a_streamed_input(streamed: Runtime, app: App, refs: References,
                                                            schedule: str) -> None:
     runtime = streamed
     frames = (random_frame(app, 3), random_frame(app, 4))
@@ -321,7 +327,7 @@ def test_sbrs_tp_switch_at_every_step_with_a_streamed_input(streamed: ReducedRun
             for new in runtime.scenarios:
                 if old == new:
                     continue
-                for step in range(1, len(runtime.reduced.scenarios[old].calls) + 1):
+                for step in range(1, len(runtime.plan.scenarios[old].calls) + 1):
                     runtime.switch(old)
                     runtime.infer(frames[1])  # leaves the other frame's rows in the old input buffer
                     results = sorted(runtime._process(frames, inject=(step, new)), key=lambda r: r.index)
@@ -334,9 +340,9 @@ def test_sbrs_tp_switch_at_every_step_with_a_streamed_input(streamed: ReducedRun
         runtime.transition_schedule = "priority"
 
 
-def test_a_build_with_a_streamed_input_loads_and_runs(app: App, runtime: ReducedRuntime, refs: References,
+def test_a_build_with_a_streamed_input_loads_and_runs(app: App, runtime: Runtime, refs: References,
                                                       tmp_path: Path) -> None:
-    """``sbrs build`` writes what ``reduced_plan`` compiles, feeds included; ``sbrs run`` and ``runtime_for(app)``
+    """``sbrs build`` writes what ``app_parts`` compiles, feeds included; ``sbrs run`` and ``runtime_for(app)``
     load it (its feeds from the manifest, no session for them) and run it equal to ONNX Runtime."""
     from sbrs.artifact.read import load_build
     from sbrs.artifact.write import compile_app
@@ -345,17 +351,17 @@ def test_a_build_with_a_streamed_input_loads_and_runs(app: App, runtime: Reduced
     path = tmp_path / "limited.yaml"  # a copy: its build is the streamed one
     shutil.copy(app.config.path, path)
     copy = load_app(path)
-    chosen = runtime.reduced.reduction
+    chosen = runtime.plan.reduction
     bands = streamed_bands(copy, chosen)
     manifest = compile_app(copy, reduction={**chosen, "early_exit": False, "band_rows": bands, "pareto": []})
-    want = reduced_plan(copy, bands, {"memory_limit_bytes": 870_000}, strategy_of(chosen))
+    want = app_parts(copy, bands, {"memory_limit_bytes": 870_000}, strategy_of(chosen))
     build = load_build(path)
-    assert build.reduced is not None and dict(build.reduced.scenarios) == dict(want.scenarios)
-    assert build.reduced.transitions == want.transitions
-    assert all(p.streamed for p in build.reduced.scenarios.values())
+    assert build.parts is not None and dict(build.parts.scenarios) == dict(want.scenarios)
+    assert build.parts.transitions == want.transitions
+    assert all(p.streamed for p in build.parts.scenarios.values())
     assert not any(name.startswith("cfeed") for name in manifest["files"])  # a feed has no model file
     with runtime_of_build(build) as loaded:
-        assert isinstance(loaded, ReducedRuntime) and loaded.memory_report()["within_limit"]
+        assert loaded.execution == "parts" and loaded.memory_report()["within_limit"]
         frames = [random_frame(copy, seed) for seed in (5, 6, 7)]
         loaded.switch("full")
         results = list(loaded._process(frames, inject=(3, "skip")))

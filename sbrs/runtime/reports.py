@@ -1,0 +1,85 @@
+"""What a runtime reports about itself: plan figures for observers and status (``facts``), the memory it holds
+(``memory_report``, thesis Eq. 2.5-2.7) and the arena bytes its steps really touch (``bound_accesses``).
+
+One set of keys for both kinds of plan, so that ``sbrs run``'s summary, the ``sbrs_memory_*`` gauges and
+``sbrs bench`` read a runtime of execution units and a runtime by parts alike; a runtime by parts adds how
+SBRS-TP can use its arena (``transition_cut``, ``transition_overlap_pairs``, ``transition_pairs``). None of
+this runs per frame.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sbrs.compile.transitions import StepAccess
+    from sbrs.runtime.engine import Runtime
+
+
+def facts(runtime: Runtime) -> dict[str, Any]:
+    """Plan figures for observers and status: the arena and its lower bound, the app's unique parameter bytes and
+    thesis-naive buffer bytes, the sessions (``units``: execution units, or distinct band-call models),
+    granularity, providers, transition mode and arena, each scenario's steps, and ``memory_report``'s figures as
+    ``memory_*`` (the ``sbrs_memory_*`` gauges)."""
+    plan: Any = runtime.plan
+    if runtime.execution == "parts":
+        sessions, bound, steps = len(plan.call_keys), plan.lower_bound_bytes, {s: len(p.calls)
+                                                                              for s, p in plan.scenarios.items()}
+    else:
+        sessions, bound, steps = len(plan.units), plan.arena_lower_bound, {s: len(seq)
+                                                                          for s, seq in plan.sequences.items()}
+    report = memory_report(runtime)
+    return {"app": plan.app, "arena_bytes": plan.arena_bytes, "units": sessions, "lower_bound_bytes": bound,
+            "providers": list(runtime.providers), **runtime._model_bytes, "granularity": plan.granularity,
+            "transition": runtime.node.mode, "transition_arena": runtime.transitions.arena,
+            "scenarios": list(runtime.scenarios), "steps": steps,
+            **{f"memory_{key}": report[key] for key in
+               ("params_bytes", "arena_bytes", "total_bytes", "limit_bytes", "planned_arena_bytes")}}
+
+
+def memory_report(runtime: Runtime) -> dict[str, Any]:
+    """What ``runtime`` holds, in bytes (DESIGN.md, "Interfaces"; thesis Eq. 2.5: m = m_par + m_buf).
+
+    ``params_bytes``: the unique parameter bytes of the scenarios it runs (Eq. 2.6; a tensor shared by
+    scenarios counts once; by parts, of the folded models the calls hold); ``arena_bytes``: the arena it
+    really allocated; ``total_bytes``: their sum; ``limit_bytes``: the app's ``memory_limit_mb`` (None without
+    one) and ``within_limit``. Planned figures carry ``planned`` in their names: ``planned_arena_bytes`` (the
+    arena the plan asked for), ``planned_lower_bound_bytes`` (its lower bound) and, by parts,
+    ``planned_reduction_arena_bytes`` (the search's Algorithm 10 figure). ``arena_holds`` says which tensors the
+    arena holds: tensors inside one ONNX Runtime call are ONNX Runtime's own memory, and so are its copies of
+    the weights (``sbrs bench`` measures the process). By parts also ``transition_cut`` (the fraction of an old
+    frame after which the arena keeps the new frame's buffers apart; None: no room under the limit,
+    ``sbrs.compile.parts.plan_transition_room``) and ``transition_overlap_pairs`` (ordered pairs whose new frame
+    may start before the old frame's last call; with none, every switch happens at the frame boundary, as
+    ``naive``). Each switch's ``SwitchRecord`` says what it did (``overlapped_steps``).
+    """
+    plan: Any = runtime.plan
+    params = int(runtime._model_bytes["params_bytes"])
+    arena = int(runtime._arena.nbytes)
+    limit = runtime.memory_limit_bytes
+    report: dict[str, Any] = {"execution": runtime.execution, "params_bytes": params, "arena_bytes": arena,
+                              "total_bytes": params + arena, "limit_bytes": limit,
+                              "within_limit": None if limit is None else params + arena <= limit}
+    if runtime.execution == "parts":
+        report.update(planned_arena_bytes=plan.arena_bytes, planned_lower_bound_bytes=plan.lower_bound_bytes,
+                      planned_reduction_arena_bytes=plan.reduction.get("figures", {}).get("arena_bytes"))
+        holds = ("every line buffer and band-call boundary tensor of every scenario (tensors inside one band "
+                 "call are ONNX Runtime's)")
+    else:
+        report.update(planned_arena_bytes=plan.arena_bytes, planned_lower_bound_bytes=plan.arena_lower_bound)
+        holds = "tensors between execution units (tensors inside a unit are ONNX Runtime's)"
+    report.update(transition=runtime.node.mode, transition_arena=runtime.transitions.arena, arena_holds=holds)
+    if runtime.execution == "parts":
+        tables = runtime.transitions.pairs.values()
+        report.update(transition_cut=plan.reduction.get("transition_cut"),
+                      transition_overlap_pairs=sum(1 for t in tables if t.wait and t.wait[0] < t.old_steps),
+                      transition_pairs=len(tables))
+    return report
+
+
+def bound_accesses(runtime: Runtime, *, new_frame: bool = False) -> dict[str, tuple[StepAccess, ...]]:
+    """Each scenario's steps as the bytes really bound (``StepAccess``, offsets from the arena's base): what
+    ``sbrs.compile.transitions.check_schedule`` checks against the transition tables. ``new_frame``: the
+    bindings a transition's new frame uses (the shadow slots under arena ``shadow``; the same bindings
+    otherwise)."""
+    return (runtime._new_bound if new_frame else runtime._bound).step_accesses()
