@@ -8,13 +8,13 @@ after it was written is made again (``cached_file``). A cache folder that cannot
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sbrs import digest
 from sbrs.errors import InputError
 
 
@@ -31,7 +31,7 @@ def cache_dir(kind: str) -> Path:
 def content_key(*parts: Any) -> str:
     """Short stable hash of JSON-serialisable parts."""
     text = json.dumps(parts, sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return digest.sha256(text.encode()).hexdigest()[:16]
 
 
 def write_atomic(path: Path, data: bytes) -> Path:

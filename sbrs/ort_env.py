@@ -1,26 +1,30 @@
-"""The process's ONNX Runtime environment: providers, one global thread pool, one shared CPU allocator, and
-the sessions made on them (the build's, which optimise units for this machine, and the runtime's).
+"""The ONNX Runtime environment sbrs' sessions run in: providers, threads, one shared CPU allocator, sessions.
 
 Execution providers come from app.yaml ``runtime.providers`` (``CPUExecutionProvider`` by default;
 ``CUDAExecutionProvider`` and ``TensorrtExecutionProvider`` are accepted). A provider this onnxruntime build
 does not have is an ``InputError`` naming it and the available ones. ``CPUExecutionProvider`` is always
 appended as the fallback for operators a GPU provider cannot run.
 
-Every session sbrs creates — the runtime's units, and the one the canonical form of an imported model needs
-(``sbrs.model.canonical``) — runs on ONNX Runtime's *global* thread pool (``use_per_session_threads =
-False``): many small sessions with their own spinning pools were 80x slower (docs/DESIGN.md). ONNX Runtime
-creates its environment with the first session of the process and decides then, once, whether it has global
-pools; a process whose first session had its own threads can never run sbrs' sessions. So the first session
-sbrs makes, in whichever stage, creates the pool first (``use_global_thread_pool``), sized from the app's
-``runtime.threads`` (default: every core). It cannot be resized: a later runtime asking for another size runs
-on the existing pool (a warning when app.yaml sets ``runtime.threads`` explicitly). Once it exists, ONNX
-Runtime refuses sessions with per-session threads anywhere in the process: create other sessions with
-``session_options()`` (or ``use_per_session_threads = False``).
+Threads (app.yaml ``runtime.threads`` and ``runtime.threads_scope``). sbrs lives inside other people's
+applications, which create ONNX Runtime sessions of their own with default options, before or after sbrs. So
+by default (``threads_scope: session``) every sbrs session has its own threads, as a default session does, and
+nothing process-wide changes: a session that runs a whole execution unit gets ``runtime.threads`` intra-op
+threads (default: every core) that stop spinning when its call returns (``session.force_spinning_stop``), so the
+pools of the units not running never take the cores from the one that runs (spinning idle pools made the drone
+app 7x slower); a band call of a run by parts runs on the calling thread alone (one intra-op thread: no pool,
+no fork/join per node). ``threads_scope: process`` is the opt-in to ONNX Runtime's *global* thread pool, which
+every session of the process then shares: a little faster on frames of a fraction of a millisecond (the pool
+is already awake when the next unit starts), but ONNX Runtime then refuses every later session of the process
+that has threads of its own, the application's included (``use_per_session_threads must be false when using a
+global thread pool``). Where the process already has a global pool (the application made one), sbrs'
+sessions join it. sbrs' sessions never print ONNX Runtime's "EP Error" banner: they are created without the
+Python wrapper's provider fallback, and a failure is an error of sbrs'.
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import sys
 import warnings
@@ -37,61 +41,104 @@ if TYPE_CHECKING:  # onnx is imported where a model is built, never on the path 
 CPU_PROVIDER = "CPUExecutionProvider"
 GPU_PROVIDERS: tuple[str, ...] = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
 ACCEPTED_PROVIDERS: tuple[str, ...] = (CPU_PROVIDER, *GPU_PROVIDERS)
+#: ``runtime.threads_scope``: each session its own threads (default), or ONNX Runtime's process-wide pool.
+THREAD_SCOPES: tuple[str, ...] = ("session", "process")
+#: How ONNX Runtime refuses a session with threads of its own once the process has a global pool.
+_GLOBAL_POOL_REFUSAL = "use_per_session_threads must be false"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class ThreadPool:
-    """The global ONNX Runtime thread pool a runtime runs on.
+class Threads:
+    """The threads a runtime's sessions run on (module docstring).
 
-    ``created`` is true when this runtime created it with ``requested`` threads; false when it already existed
-    (created by an earlier runtime in this process, with a size this runtime cannot query).
+    ``count``: intra-op threads of a session that runs a whole execution unit (``runtime.threads``, default:
+    every core); ``scope``: ``session`` or ``process``; ``created``: under ``process``, whether this runtime
+    created ONNX Runtime's global pool (false: it already existed, with a size this runtime cannot query).
     """
 
-    requested: int
-    created: bool
+    count: int
+    scope: str = "session"
+    created: bool = False
+
+    @property
+    def requested(self) -> int:
+        return self.count
 
 
-def use_global_thread_pool(threads: int | None) -> ThreadPool:
-    """Create the process's global ONNX Runtime thread pool with ``threads`` (default: every core), once.
+def use_threads(threads: int | None, scope: str = "session") -> Threads:
+    """The threads of a runtime: ``threads`` intra-op threads (default: every core) in ``scope``.
 
-    If the pool already exists it is used as it is. When ``threads`` was set explicitly (app.yaml
-    ``runtime.threads``) a ``RuntimeWarning`` says that the existing pool's size applies. Note the process-wide
-    consequence, which is ONNX Runtime's: once the global pool exists, every session in the process must be
-    created with ``use_per_session_threads = False`` (``session_options()``), else ONNX Runtime refuses it.
+    ``process`` creates ONNX Runtime's global thread pool with ``threads`` once; if it already exists it is used
+    as it is (a ``RuntimeWarning`` when ``threads`` was set explicitly). ONNX Runtime decides at the first
+    session of the process whether global pools exist: where the application already made a session of its
+    own without them, ``process`` cannot be had and the error says so.
     """
-    requested = threads or os.cpu_count() or 1
+    if scope not in THREAD_SCOPES:
+        raise InputError(f"unknown threads scope '{scope}' (allowed: {', '.join(THREAD_SCOPES)})",
+                         field="runtime.threads_scope")
+    count = threads or os.cpu_count() or 1
+    if scope == "session":
+        _share_cpu_allocator()
+        return Threads(count, scope)
     try:
-        ort.set_global_thread_pool_sizes(requested, 1)
+        ort.set_global_thread_pool_sizes(count, 1)
     except Exception as exc:  # onnxruntime raises its own Fail type: "Global thread pools have already been created"
         if "already" not in str(exc):
             raise
         if threads is not None:
             warnings.warn(f"ONNX Runtime's global thread pool already exists in this process; this runtime runs on "
                           f"it as it is (runtime.threads asked for {threads})", RuntimeWarning, stacklevel=3)
-        return ThreadPool(requested, created=False)
+        return Threads(count, scope, created=False)
+    log.warning("runtime.threads_scope: process: ONNX Runtime's global thread pool (%d threads) now serves every "
+                "later session of this process; ONNX Runtime will refuse sessions created with threads of their own "
+                "(its default: 'use_per_session_threads must be false when using a global thread pool')", count)
     _share_cpu_allocator()
-    return ThreadPool(requested, created=True)
+    return Threads(count, scope, created=True)
 
 
 def _share_cpu_allocator() -> None:
-    """One CPU memory arena for every session of the process, registered with the global thread pool.
+    """One CPU memory arena for every sbrs session, registered with ONNX Runtime's environment.
 
     By default each ONNX Runtime session keeps its own arena for the tensors inside it, sized by its own
     peak, so a runtime of many units pays the sum of their peaks although units run one at a time. Sessions
-    created with ``session.use_env_allocators`` (``session_options()``) share this one instead. Measured on
-    the drone app (24 units): 209 → 159 MB resident, multi-cnn 273 → 229 MB; no throughput change beyond noise.
+    created with ``session.use_env_allocators`` (``session_options()``) share this one instead; sessions that do
+    not ask for it (the application's own) are not affected (a second runtime registers it again, which ONNX
+    Runtime accepts). Measured on the drone app (24 units): 209 → 159 MB
+    resident, multi-cnn 273 → 229 MB; no throughput change beyond noise.
     """
     memory = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
     ort.create_and_register_allocator(memory, ort.OrtArenaCfg(0, -1, -1, -1))
 
 
-def session_options() -> ort.SessionOptions:
-    """Options of every sbrs session (and of the standalone baseline in ``sbrs bench``): the global pool."""
+def session_options(threads: int = 1, scope: str = "session") -> ort.SessionOptions:
+    """Options of an sbrs session: ``threads`` intra-op threads of its own (``scope`` ``session``; they stop
+    spinning when a call returns) or ONNX Runtime's global pool (``process``), and the shared CPU allocator."""
     options = ort.SessionOptions()
-    options.use_per_session_threads = False
+    if scope == "process":
+        options.use_per_session_threads = False
+    else:
+        options.intra_op_num_threads = threads
+        if threads > 1:
+            options.add_session_config_entry("session.force_spinning_stop", "1")
     options.add_session_config_entry("session.use_env_allocators", "1")
     options.log_severity_level = 3
     return options
+
+
+def new_session(path: str, options: ort.SessionOptions, providers: tuple[str, ...] | list[str],
+                **kwargs: object) -> ort.InferenceSession:
+    """``ort.InferenceSession(path, options, providers, **kwargs)`` without the wrapper's provider fallback (which
+    prints an "EP Error" banner on stdout before retrying), joining the process's global thread pool where one
+    exists and ``options`` asked for threads of the session's own (module docstring)."""
+    try:
+        return ort.InferenceSession(path, options, providers=list(providers), enable_fallback=0, **kwargs)
+    except RuntimeError as error:
+        if _GLOBAL_POOL_REFUSAL not in str(error) or not options.use_per_session_threads:
+            raise
+    options.use_per_session_threads = False
+    return ort.InferenceSession(path, options, providers=list(providers), enable_fallback=0, **kwargs)
 
 
 def resolve_providers(requested: tuple[str, ...], *, where: str | None = None) -> tuple[str, ...]:
@@ -108,20 +155,20 @@ def resolve_providers(requested: tuple[str, ...], *, where: str | None = None) -
     return providers if CPU_PROVIDER in providers else (*providers, CPU_PROVIDER)
 
 
-def create_session(model: onnx.ModelProto | str, providers: tuple[str, ...], *,
-                   optimized: bool = False) -> ort.InferenceSession:
-    """One ONNX Runtime session on the global thread pool (``use_global_thread_pool`` must have run).
+def create_session(model: onnx.ModelProto | str, providers: tuple[str, ...], *, threads: int = 1,
+                   scope: str = "session", optimized: bool = False) -> ort.InferenceSession:
+    """One ONNX Runtime session with ``threads`` intra-op threads in ``scope`` (``session_options``).
 
     A ``ModelProto`` is written to a temporary file and loaded from its path, never from bytes: from bytes,
     ONNX Runtime keeps a copy of the initializers next to its prepacked weights (measured on ResNet-18:
     99.5 MB resident per session from bytes, 54.7 MB from a path). ``optimized``: the file is already ONNX
     Runtime's optimised form for this machine (``save_optimized``), loaded without optimising it again.
     """
+    options = session_options(threads, scope)
     if isinstance(model, str):
-        options = session_options()
         if optimized:
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        return ort.InferenceSession(model, options, providers=list(providers))
+        return new_session(model, options, providers)
     import tempfile
 
     import onnx
@@ -129,7 +176,7 @@ def create_session(model: onnx.ModelProto | str, providers: tuple[str, ...], *,
     with tempfile.TemporaryDirectory(prefix="sbrs-unit-") as folder:
         path = os.path.join(folder, "unit.onnx")
         onnx.save_model(model, path)
-        return ort.InferenceSession(path, session_options(), providers=list(providers))
+        return new_session(path, options, providers)
 
 
 def machine_key(providers: tuple[str, ...]) -> str | None:
@@ -149,9 +196,9 @@ def machine_key(providers: tuple[str, ...]) -> str | None:
         return None
     if not flags:
         return None
-    import hashlib
+    from sbrs.digest import sha256
 
-    digest = hashlib.sha256(flags.encode()).hexdigest()[:16]
+    digest = sha256(flags.encode()).hexdigest()[:16]
     return f"onnxruntime {ort.__version__}; {os.uname().machine}; {','.join(providers)}; cpu flags {digest}"
 
 
@@ -169,7 +216,7 @@ def save_optimized(source: str, target: str, providers: tuple[str, ...]) -> None
     options.add_session_config_entry("session.optimized_model_external_initializers_file_name",
                                      os.path.basename(target) + ".bin")
     options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
-    ort.InferenceSession(source, options, providers=list(providers))
+    new_session(source, options, providers)
 
 
 def release_free_memory() -> bool:

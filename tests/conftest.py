@@ -1,8 +1,8 @@
-"""Test-wide settings: a private model cache, and ONNX Runtime sessions on the runtime's global thread pool.
+"""Test-wide settings: a private model cache, and reference ONNX Runtime sessions with ONNX Runtime's defaults.
 
-ONNX Runtime's global thread pool (which the sbrs runtime uses) is process-wide: once it exists, ONNX Runtime
-refuses sessions with per-session threads anywhere in the process. Every test therefore makes its reference
-sessions with ``ort_session``, on the same global pool, so tests may run in any order.
+sbrs' sessions have threads of their own (``sbrs.ort_env``), so reference sessions are made as a plain ONNX
+Runtime user makes them. A test of ``runtime.threads_scope: process`` (ONNX Runtime's process-wide pool, after
+which ONNX Runtime refuses such sessions) runs in a fresh interpreter of its own.
 """
 
 from __future__ import annotations
@@ -71,12 +71,9 @@ def zoo_model(name: str) -> CnnModel:
 
 
 def ort_session(model: onnx.ModelProto | str | Path) -> ort.InferenceSession:
-    """A CPU reference session on the global thread pool (created here on first use)."""
-    from sbrs.ort_env import session_options, use_global_thread_pool
-
-    use_global_thread_pool(None)
+    """A CPU reference session with ONNX Runtime's default options, as a user of plain ONNX Runtime makes it."""
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
-    return ort.InferenceSession(source, session_options(), providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(source, providers=["CPUExecutionProvider"])
 
 
 #: Modules the run of a build never needs (sbrs.artifact.read's docstring).
@@ -85,7 +82,9 @@ FORBIDDEN = ("onnx", "pydantic", "sbrs.zoo", "sbrs.reduction", "deap", "sbrs.mod
              "yaml", "sbrs.moc.derive", "sbrs.memory.arena", "sbrs.memory.app_plan", "sbrs.compile.layout",
              "sbrs.compile.parts", "sbrs.compile.unit_plan", "sbrs.reduction.search",
              # the control socket's event loop, with --no-socket
-             "asyncio", "socket", "concurrent.futures", "shutil", "sbrs.server.server")
+             "asyncio", "socket", "concurrent.futures", "shutil", "sbrs.server.server",
+             # device memory: OpenSSL's libcrypto (sbrs.digest) and numpy.random's libraries (synthetic frames)
+             "hashlib", "_hashlib", "ssl", "numpy.random")
 #: ... and what a build of execution units does not need either: the model stage's types, the runtime by parts,
 #: the parsers of the other commands (``sbrs.cli.build_parser``).
 FORBIDDEN_FOR_UNITS = (*FORBIDDEN, "sbrs.model", "sbrs.compile.fit", "sbrs.compile.parts_plan",

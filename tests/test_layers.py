@@ -13,7 +13,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "sbrs"
 #: The stages in data-flow order; a name is a module or a package (a prefix matches everything in it).
 STAGES: tuple[tuple[str, ...], ...] = (
-    ("sbrs.errors", "sbrs._lazy", "sbrs.cache", "sbrs.ort_env", "sbrs.log"),  # below every stage
+    ("sbrs.errors", "sbrs._lazy", "sbrs.digest", "sbrs.cache", "sbrs.ort_env", "sbrs.log"),  # below every stage
     ("sbrs.model", "sbrs.zoo"),
     ("sbrs.app",),
     ("sbrs.moc",),

@@ -67,7 +67,9 @@ class RuntimeOptions:
     own units. ``switch_steps``: under SBRS-TP, how many steps of similar work a frame is cut into at most, so
     a switch waits for about 1/switch_steps of the old frame. ``on_switch``: what a switch does to the frame in
     flight, ``finish`` it on the old scenario or ``cancel`` it and run it again on the new one
-    (``sbrs.runtime.engine.Runtime``)."""
+    (``sbrs.runtime.engine.Runtime``). ``threads``: intra-op threads of a session running a whole unit
+    (default: every core); ``threads_scope``: ``session`` (each session its own threads, nothing process-wide) or
+    ``process`` (ONNX Runtime's global pool, refusing the application's own sessions; ``sbrs.ort_env``)."""
 
     providers: tuple[str, ...]
     threads: int | None
@@ -76,6 +78,7 @@ class RuntimeOptions:
     share_min_mb: float = 1.0
     switch_steps: int = 4
     on_switch: str = "finish"
+    threads_scope: str = "session"
 
 
 @dataclass(frozen=True)
@@ -365,7 +368,7 @@ def load_app_config(path: str | Path) -> AppConfig:
         scenarios=tuple(scenarios),
         runtime=RuntimeOptions(tuple(app.runtime.providers), app.runtime.threads, app.runtime.granularity,
                                app.runtime.transition, float(app.runtime.share_min_mb), app.runtime.switch_steps,
-                               app.runtime.on_switch),
+                               app.runtime.on_switch, app.runtime.threads_scope),
         memory_limit_mb=app.memory_limit_mb,
         policy=_resolve_policy(app.policy, names, scenarios[names.index(initial)].requirements, doc),
         metrics=_resolve_metrics(app.metrics, doc),

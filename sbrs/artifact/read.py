@@ -36,7 +36,6 @@ against someone who forges a file's mtime).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -45,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sbrs import digest
 from sbrs.errors import InputError
 
 if TYPE_CHECKING:
@@ -72,13 +72,13 @@ def build_dir(app_path: str | Path) -> Path:
 
 def file_sha256(path: Path) -> str:
     with open(path, "rb") as stream:
-        return hashlib.file_digest(stream, "sha256").hexdigest()
+        return digest.file_sha256(stream)
 
 
 def manifest_checksum(manifest: Mapping[str, Any]) -> str:
     """sha256 of the manifest's canonical JSON without its ``checksum`` field."""
     body = {key: value for key, value in manifest.items() if key != "checksum"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return digest.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def input_record(path: Path, base: Path) -> dict[str, Any]:

@@ -128,7 +128,6 @@ def _save_optimized_models(app: App, staging: Path) -> tuple[str | None, str | N
         machine_key,
         resolve_providers,
         save_optimized,
-        use_global_thread_pool,
     )
 
     providers = resolve_providers(tuple(app.config.runtime.providers), where=app.config.path)
@@ -137,7 +136,6 @@ def _save_optimized_models(app: App, staging: Path) -> tuple[str | None, str | N
     key = machine_key(providers)
     if key is None:
         return None, "this machine's CPU flags cannot be read (/proc/cpuinfo)"
-    use_global_thread_pool(app.config.runtime.threads)
     sources = sorted(staging.glob("*.onnx"))
     progress = Progress(logger, "optimising for this machine (ONNX Runtime)", len(sources), unit="models")
     try:

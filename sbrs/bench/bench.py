@@ -70,7 +70,7 @@ def measure_throughput(app_path: str, *, frames: int, repeats: int, granularity:
     facts = runtime.facts()  # units or band calls (``sbrs.runtime.engine``): the same figures
     with runtime:
         for scenario in app.config.scenarios:
-            session = create_session(scenario.model_path, runtime.providers)
+            session = create_session(scenario.model_path, runtime.providers, threads=runtime.thread_pool.count)
             feed = {session.get_inputs()[0].name: frame}
             runtime.switch(scenario.name)
 
@@ -397,11 +397,12 @@ def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | No
     rng = random.Random(seed)
     with runtime, contextlib.nullcontext() if cancelling is None else cancelling:
         providers = runtime.providers
-        sessions = {name: create_session(path, providers) for name, path in paths.items()}
+        threads = runtime.thread_pool.count  # plain sessions whose idle pools stop spinning, as sbrs' do
+        sessions = {name: create_session(path, providers, threads=threads) for name, path in paths.items()}
         feed_name = next(iter(sessions.values())).get_inputs()[0].name
 
         def load(name: str) -> Any:
-            return create_session(paths[name], providers)
+            return create_session(paths[name], providers, threads=threads)
 
         frame_s: dict[str, float] = {}
         for name, session in sessions.items():

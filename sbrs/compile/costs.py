@@ -47,7 +47,7 @@ from sbrs.errors import InputError
 from sbrs.log import Progress as ProgressLines
 from sbrs.model.cnn import CnnModel, Layer
 from sbrs.model.fold import fold_model
-from sbrs.ort_env import CPU_PROVIDER, create_session, use_global_thread_pool
+from sbrs.ort_env import CPU_PROVIDER, create_session, use_threads
 from sbrs.reduction.cost import AnalyticCostModel, CostModel, MeasuredCostModel, layer_key, layer_work
 from sbrs.reduction.ga import GaParams
 from sbrs.reduction.rows import is_row_local, layer_height
@@ -124,7 +124,8 @@ class _Timed:
     ``seconds`` gives each call the fastest of its samples.
     """
 
-    def __init__(self, model: CnnModel, plan: PartsPlan, scenario: str, frame: np.ndarray) -> None:
+    def __init__(self, model: CnnModel, plan: PartsPlan, scenario: str, frame: np.ndarray,
+                 scope: str = "session") -> None:
         self.parts = parts = plan.scenarios[scenario]
         self._frame = frame
         buffers = {b.tensor: b for b in parts.buffers}
@@ -150,7 +151,9 @@ class _Timed:
                 key = (call.key, inputs, outputs)
                 if key not in runs:
                     if call.key not in sessions:
-                        sessions[call.key] = create_session(models[call.key], (CPU_PROVIDER,))
+                        # one intra-op thread, as the runtime runs every call of a plan by parts (sbrs.ort_env)
+                        sessions[call.key] = create_session(models[call.key], (CPU_PROVIDER,), threads=1,
+                                                            scope=scope)
                     binding = sessions[call.key].io_binding()
                     for items, shapes, bind in ((call.inputs, inputs, binding.bind_input),
                                                 (call.outputs, outputs, binding.bind_output)):
@@ -217,9 +220,9 @@ def _feed(target: np.ndarray, frame: np.ndarray, lo: int, hi: int) -> None:
 
 
 def _timed(model: CnnModel, scenario: str, frame: np.ndarray, bands: Mapping[str, int] | None = None,
-           tiles: Sequence[tuple[Sequence[str], int]] = ()) -> _Timed:
+           tiles: Sequence[tuple[Sequence[str], int]] = (), scope: str = "session") -> _Timed:
     plan = compile_parts({scenario: model}, {scenario: dict(bands or {})}, tiles={scenario: tiles})
-    return _Timed(model, plan, scenario, frame)
+    return _Timed(model, plan, scenario, frame, scope)
 
 
 def measure_costs(models: Mapping[str, CnnModel], candidates: Sequence[int] = GaParams.candidates, *,
@@ -229,7 +232,7 @@ def measure_costs(models: Mapping[str, CnnModel], candidates: Sequence[int] = Ga
     of ``repeats`` timings, each beside a timing of the whole model (whose figures are the fastest over all
     of them): on a shared machine the minimum is the estimate least disturbed by load. ``progress(done,
     total)`` follows the configurations (default: ``measuring costs`` lines, ``sbrs.log``)."""
-    use_global_thread_pool(None)  # the sessions run on the process's pool, as the runtime's do
+    threads = use_threads(None)  # the process's ONNX Runtime setting, as a runtime by parts makes it
     bands_list = sorted({int(c) for c in candidates if int(c) > 0} | {0}, reverse=False)
     models = {s: fold_model(m) for s, m in models.items()}  # what the GA and the runtime by parts see
     measured: list[tuple[Layer, int, float]] = []
@@ -248,7 +251,7 @@ def measure_costs(models: Mapping[str, CnnModel], candidates: Sequence[int] = Ga
             configs.append(("band", band, config, []))
         for band in bands_list[1:]:
             configs.append(("tile", band, {}, [(g, band) for g in groups if layer_height(model.layer(g[-1])) > band]))
-        whole = _timed(model, scenario, frame)
+        whole = _timed(model, scenario, frame, scope=threads.scope)
         whole.sample()  # warm-up
         whole_samples: list[list[float]] = []
         results = []
@@ -257,7 +260,7 @@ def measure_costs(models: Mapping[str, CnnModel], candidates: Sequence[int] = Ga
                 done += 1
                 progress(done, total)
                 continue
-            timed = _timed(model, scenario, frame, config, tiles)
+            timed = _timed(model, scenario, frame, config, tiles, threads.scope)
             timed.sample()  # warm-up
             samples = []
             for _ in range(repeats):  # interleaved with the whole model, so both see the same load

@@ -107,16 +107,14 @@ def _fold(model: onnx.ModelProto, arrays: Mapping[str, np.ndarray], source: str,
 
     The placeholders' values go to ONNX Runtime as external initializers (views of ``arrays``, copied only
     where misaligned), the folded model's weights to a file of ONNX Runtime's own that is read back mapped.
-    The optimizer runs in a session on the process's global ONNX Runtime pool (``sbrs.ort_env``; ``threads``
-    sizes it if this is the process's first session, as the app's ``runtime.threads`` would).
+    The optimizer runs in a session of ``threads`` intra-op threads of its own (``sbrs.ort_env``; default one).
     """
     import onnxruntime as ort
 
     from sbrs.model.onnx_file import MAPPED_MIN_BYTES, read_onnx
-    from sbrs.ort_env import session_options, use_global_thread_pool
+    from sbrs.ort_env import new_session, session_options
 
-    use_global_thread_pool(threads)
-    options = session_options()
+    options = session_options(threads or 1)
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     options.add_session_config_entry("session.disable_prepacking", "1")  # the session only writes the file
     options.add_session_config_entry("session.optimized_model_external_initializers_file_name", "canonical.bin")
@@ -133,8 +131,8 @@ def _fold(model: onnx.ModelProto, arrays: Mapping[str, np.ndarray], source: str,
         del model.graph.initializer[:]  # the file holds them now: not in memory beside ONNX Runtime's copy
         options.optimized_model_filepath = folded
         try:
-            session = ort.InferenceSession(given, options, providers=["CPUExecutionProvider"],
-                                           disabled_optimizers=list(DISABLED_OPTIMIZERS))
+            session = new_session(given, options, ["CPUExecutionProvider"],
+                                  disabled_optimizers=list(DISABLED_OPTIMIZERS))
         except Exception as exc:  # ONNX Runtime's own error types
             message = " ".join(str(exc).split())[:300]
             raise InputError(f"ONNX Runtime could not load the model to fold its constants: {message}",

@@ -52,7 +52,7 @@ import onnxruntime as ort
 
 from sbrs.compile.transitions import TRANSITION_MODES, TransitionPlan
 from sbrs.errors import InputError, SbrsRuntimeError
-from sbrs.ort_env import ThreadPool, create_session, release_free_memory, resolve_providers, use_global_thread_pool
+from sbrs.ort_env import Threads, create_session, release_free_memory, resolve_providers, use_threads
 from sbrs.runtime import reports
 from sbrs.runtime.binding import Bound, bind_parts, bind_units
 from sbrs.runtime.control_node import ControlNode, SwitchRecord, SwitchRequest
@@ -191,7 +191,7 @@ class Runtime:
                              "copies)", field="runtime.providers")
         if program.shadow is not None and self.device != "cpu":
             raise SbrsRuntimeError("transition arena 'shadow' needs the CPU arena (device arenas: use 'shared')")
-        self.thread_pool: ThreadPool = use_global_thread_pool(config.runtime.threads)
+        self.thread_pool: Threads = use_threads(config.runtime.threads, config.runtime.threads_scope)
         self.memory_limit_bytes: int | None = (None if config.memory_limit_mb is None
                                                else int(config.memory_limit_mb * 1e6))
         if by_parts and self.memory_limit_bytes is None:  # a build made with `--memory-limit`
@@ -211,8 +211,12 @@ class Runtime:
         self._session_keys: tuple[str, ...] = (plan.call_keys if by_parts  # type: ignore[union-attr]
                                                else tuple(u.id for u in plan.units))  # type: ignore[union-attr]
         self._sessions: dict[str, ort.InferenceSession] = {}
+        # a unit runs on runtime.threads of its own; a band call on the calling thread alone: it is too small for a
+        # pool's fork/join per node (sbrs.ort_env)
+        threads = 1 if by_parts else self.thread_pool.count
         for key in self._session_keys:
-            self._sessions[key] = create_session(program.model(key), self.providers, optimized=program.optimized)
+            self._sessions[key] = create_session(program.model(key), self.providers, threads=threads,
+                                                 scope=self.thread_pool.scope, optimized=program.optimized)
             if program.release:
                 release_free_memory()
         self._arena = ArenaMemory(plan.arena_bytes, self.device, plan.alignment)

@@ -81,6 +81,7 @@ def test_defaults(tmp_path: Path) -> None:
     config = load_app_config(tmp_path / "app.yaml")
     assert config.initial == "only" and config.adaptive == ("I", "O", "par")
     assert config.runtime.providers == ("CPUExecutionProvider",) and config.runtime.granularity == "auto"
+    assert config.runtime.threads_scope == "session"  # sbrs changes nothing process-wide unless asked to
     assert config.scenario("only").requirements.accuracy == 1.0
 
 
@@ -117,6 +118,8 @@ BAD_CASES = [
      "runtime.providers[0]: Input should be", 11),
     ("negative sharing threshold", lambda d: _edit(d, "transition: sbrs-tp}", "transition: sbrs-tp, share_min_mb: -1}"),
      "runtime.share_min_mb: Input should be greater than or equal to 0", 11),
+    ("unknown threads scope", lambda d: _edit(d, "transition: sbrs-tp}", "transition: sbrs-tp, threads_scope: global}"),
+     "runtime.threads_scope: Input should be 'session' or 'process'", 11),
     ("negative fps", lambda d: _edit(d, "fps: 15.4", "fps: -1"), "characteristics.fps: Input should be greater than 0", 9),
     ("missing required key", lambda d: _edit(d, "name: demo\n", ""), "name: required key is missing", None),
     ("invalid YAML", lambda d: _edit(d, "initial: big", "initial: [big"), "invalid YAML", None),

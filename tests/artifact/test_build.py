@@ -72,10 +72,11 @@ def test_a_childs_error_is_the_same_error_here(tmp_path: Path, damage: str) -> N
 
 
 def test_the_library_never_runs_its_own_command_line() -> None:
-    """No module but the CLI itself names ``sbrs.cli`` in a string (``python -m sbrs.cli`` in a subprocess)."""
+    """No module names ``sbrs.cli`` in a string (``python -m sbrs.cli`` in a subprocess) but the CLI itself and
+    ``sbrs bench``, which measures the ``sbrs run`` command from outside as its user runs it."""
     found = []
     for path in sorted((REPO / "sbrs").rglob("*.py")):
-        if path.name == "cli.py" and path.parent.name == "sbrs":
+        if (path.name == "cli.py" and path.parent.name == "sbrs") or "bench" in path.relative_to(REPO).parts:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.strip() == "sbrs.cli":

@@ -26,10 +26,10 @@ class References:
     """Each scenario's own ONNX file in a standalone ONNX Runtime session: the ground truth (invariant 1)."""
 
     def __init__(self, app: App) -> None:
-        from sbrs.ort_env import create_session, use_global_thread_pool
+        import onnxruntime as ort  # a default session, as a user of plain ONNX Runtime makes it
 
-        use_global_thread_pool(None)
-        self.sessions = {s.name: create_session(s.model_path, ("CPUExecutionProvider",)) for s in app.config.scenarios}
+        self.sessions = {s.name: ort.InferenceSession(s.model_path, providers=["CPUExecutionProvider"])
+                         for s in app.config.scenarios}
 
     def outputs(self, scenario: str, frame: np.ndarray) -> dict[str, np.ndarray]:
         session = self.sessions[scenario]

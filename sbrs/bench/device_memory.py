@@ -1,0 +1,354 @@
+"""What the device pays: the memory of fresh processes running an app, read from outside, above a bare interpreter.
+
+Every figure comes from ``/proc/PID/smaps`` of a process this module starts, read while the process waits at a
+known point (``sbrs.bench.probes``), beside an interpreter that imported only numpy and onnxruntime (the
+*bare* baseline), alive at the same time, so that the pages of shared libraries both map are shared the same
+way in both. PSS counts a page once however many mappings hold it (the weights several sessions map from one
+file), RSS once per mapping; both are given above the baseline. Other processes that map the same libraries at
+the same moment (another ONNX Runtime program) lower PSS: measure on a quiet machine.
+
+The processes, each fresh, one after another:
+
+- ``sbrs run``: the command as a user starts it on the app's current build, with its control socket; every
+  scenario is switched to through that socket and runs for at least ``frames`` frames; read while it runs.
+- ``python_api``: ``sbrs.runtime_for(app_path)`` in a script, every scenario run ``frames`` frames, read at
+  stages: after ``import sbrs``, after the runtime is opened, after every scenario ran.
+- ``plain_ort``: every scenario's own ONNX model as a session with ONNX Runtime's default options, all
+  loaded, each run ``frames`` frames (what a user runs without sbrs), read as it is and after glibc's
+  ``malloc_trim``; ``plain_ort_active``: the largest scenario's model alone (a user loading the active
+  scenario on each switch holds at most that).
+
+Where it goes (``split``): file-backed mappings are split into the weights mapped from the build's or the
+models' files, ONNX Runtime's library, and other code (the interpreter, numpy, other libraries); anonymous
+memory (heap and anonymous mappings) is split by the stage at which it appeared in ``python_api``: importing
+sbrs (its Python), opening the runtime (sessions, ONNX Runtime's copies of the weights such as pre-packed
+ones, the arena's untouched pages are not resident yet), running every scenario (the tensors inside ONNX
+Runtime calls in its allocator, sbrs' arena as it is touched, what the first frames allocate).
+
+Beside the measured figures: the plan (``sbrs.bench.device_memory.plan_figures``) and the bound the device
+memory issue sets, ``1.1 × plan + 13 MB`` (ONNX Runtime's code, about 10 MB, and a few MB of sbrs' Python).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sbrs.errors import InputError, SbrsRuntimeError
+
+PROBES = Path(__file__).resolve().parent / "probes"
+#: Each scenario runs at least this many frames before a process is read.
+FRAMES = 20
+#: How long a probe may take to reach its next stage (loading multi-cnn takes a few seconds on 2 cores).
+STAGE_TIMEOUT_S = 300.0
+#: The fixed part of the bound: ONNX Runtime's code (about 10 MB for the first session of a process) and a few
+#: MB of sbrs' own Python.
+BOUND_FIXED_BYTES = 13_000_000
+BOUND_FACTOR = 1.1
+#: The categories of ``split``.
+CATEGORIES: tuple[str, ...] = ("weights_files", "onnxruntime_library", "other_code", "anonymous", "other")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One process's memory at one moment: PSS and RSS in bytes per category (``CATEGORIES``) and its peak RSS."""
+
+    pss: Mapping[str, int]
+    rss: Mapping[str, int]
+    peak_rss: int
+
+    @property
+    def pss_total(self) -> int:
+        return sum(self.pss.values())
+
+    @property
+    def rss_total(self) -> int:
+        return sum(self.rss.values())
+
+    def above(self, bare: Reading) -> dict[str, Any]:
+        """This reading above ``bare``: totals and the split, in bytes."""
+        return {"pss_bytes": self.pss_total - bare.pss_total, "rss_bytes": self.rss_total - bare.rss_total,
+                "peak_rss_bytes": self.peak_rss - bare.peak_rss,
+                "split_pss_bytes": {c: self.pss.get(c, 0) - bare.pss.get(c, 0) for c in CATEGORIES}}
+
+
+def _category(path: str, weights: tuple[str, ...]) -> str:
+    if not path:
+        return "anonymous"
+    if path == "[heap]":
+        return "anonymous"
+    if path.startswith("["):
+        return "other"  # stack, vdso, vvar
+    if path.startswith(weights):
+        return "weights_files"
+    if "onnxruntime" in os.path.basename(path):
+        return "onnxruntime_library"
+    return "other_code"
+
+
+def read_process(pid: int, weights: tuple[str, ...] = ()) -> Reading:
+    """PSS and RSS of process ``pid`` per category (``weights``: path prefixes of weight and model files)."""
+    pss: Counter[str] = Counter()
+    rss: Counter[str] = Counter()
+    category = "other"
+    try:
+        with open(f"/proc/{pid}/smaps", encoding="utf-8", errors="replace") as smaps:
+            for line in smaps:
+                head, _, rest = line.partition(" ")
+                if head.endswith(":"):
+                    if head == "Pss:":
+                        pss[category] += int(rest.split()[0]) * 1024
+                    elif head == "Rss:":
+                        rss[category] += int(rest.split()[0]) * 1024
+                elif "-" in head:  # a mapping's header: address range, perms, offset, dev, inode, [path]
+                    fields = line.split(maxsplit=5)
+                    category = _category(fields[5].strip() if len(fields) > 5 else "", weights)
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            peak = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
+    except (OSError, StopIteration) as exc:
+        raise SbrsRuntimeError(f"cannot read the memory of process {pid}: {exc}") from None
+    return Reading(dict(pss), dict(rss), peak)
+
+
+class Probe:
+    """A probe process (``sbrs.bench.probes``) driven stage by stage; ``readings`` maps stage → ``Reading``."""
+
+    def __init__(self, label: str, command: list[str], weights: tuple[str, ...] = ()) -> None:
+        self.label = label
+        self.weights = weights
+        self.facts: dict[str, Any] = {}
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, cwd=PROBES)
+
+    def next_stage(self) -> str | None:
+        """Wait for the probe's next stage; None when it ended without one."""
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + STAGE_TIMEOUT_S
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line:
+                return None
+            if line.startswith("STAGE "):
+                _, name, facts = line.rstrip("\n").split(" ", 2)
+                self.facts[name] = json.loads(facts)
+                return name
+        raise SbrsRuntimeError(f"bench: the {self.label} probe reached no stage in {STAGE_TIMEOUT_S:g} s")
+
+    def go_on(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write("\n")
+        self.process.stdin.flush()
+
+    def readings(self) -> Iterator[tuple[str, Reading]]:
+        """Each stage's reading, as the probe reaches it."""
+        while (name := self.next_stage()) is not None:
+            yield name, read_process(self.process.pid, self.weights)
+            self.go_on()
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            with suppress(OSError, ValueError):
+                assert self.process.stdin is not None
+                self.process.stdin.close()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.returncode not in (0, None, -9):
+            error = (self.process.stderr.read() if self.process.stderr else "").strip().splitlines()
+            raise SbrsRuntimeError(f"bench: the {self.label} probe failed: {error[-1] if error else 'no output'}")
+
+
+def _probe(label: str, script: str, *args: str, weights: tuple[str, ...] = ()) -> Probe:
+    return Probe(label, [sys.executable, str(PROBES / script), *args], weights)
+
+
+@contextmanager
+def bare_interpreter() -> Iterator[Reading]:
+    """The baseline process, alive for the ``with`` block; yields its reading."""
+    probe = _probe("bare", "bare.py")
+    try:
+        if probe.next_stage() != "bare":
+            probe.close()
+            raise SbrsRuntimeError("bench: the bare interpreter did not start")
+        reading = read_process(probe.process.pid)
+        yield reading
+    finally:
+        probe.close()
+
+
+def staged(probe: Probe, bare: Reading) -> dict[str, Any]:
+    """Every stage of ``probe`` above ``bare``, and the facts the probe reported."""
+    try:
+        stages = {name: reading.above(bare) for name, reading in probe.readings()}
+    finally:
+        probe.close()
+    return {"stages": stages, "facts": probe.facts}
+
+
+def measure_sbrs_run(app_path: Path, bare: Reading, weights: tuple[str, ...], frames: int) -> dict[str, Any]:
+    """``sbrs run APP`` with its control socket, every scenario switched to and run; read while it runs."""
+    from sbrs.server.client import send_request
+
+    with tempfile.TemporaryDirectory(prefix="sbrs-bench-") as folder:
+        socket_path = str(Path(folder) / "run.sock")
+        process = subprocess.Popen([sys.executable, "-m", "sbrs.cli", "run", str(app_path), "--socket", socket_path],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   text=True)
+        try:
+            status = _wait_for_status(process, socket_path)
+            for scenario in status["scenarios"]:
+                send_request(socket_path, {"op": "switch", "scenario": scenario})
+                _wait_for_frames(process, socket_path, scenario, frames)
+            reading = read_process(process.pid, weights)
+        finally:
+            process.terminate()
+            try:
+                _, error = process.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                _, error = process.communicate()
+        if process.returncode not in (0, -15):
+            last = (error or "").strip().splitlines()
+            raise SbrsRuntimeError(f"bench: sbrs run failed: {last[-1] if last else process.returncode}")
+    return {"stages": {"ran": reading.above(bare)}, "facts": {}}
+
+
+def _wait_for_status(process: subprocess.Popen[str], socket_path: str) -> dict[str, Any]:
+    from sbrs.server.client import send_request
+
+    deadline = time.monotonic() + STAGE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            error = (process.stderr.read() if process.stderr else "").strip().splitlines()
+            raise SbrsRuntimeError(f"bench: sbrs run ended: {error[-1] if error else process.returncode}")
+        if os.path.exists(socket_path):
+            with suppress(OSError, ValueError):
+                return send_request(socket_path, {"op": "status"})
+        time.sleep(0.05)
+    raise SbrsRuntimeError(f"bench: sbrs run did not answer on its socket in {STAGE_TIMEOUT_S:g} s")
+
+
+def _wait_for_frames(process: subprocess.Popen[str], socket_path: str, scenario: str, frames: int) -> None:
+    """Until ``scenario`` has run at least ``frames`` frames (from the fps ``status`` reports, with a margin)."""
+    from sbrs.server.client import send_request
+
+    switched = time.monotonic()
+    while time.monotonic() - switched < STAGE_TIMEOUT_S:
+        time.sleep(0.05)
+        status = send_request(socket_path, {"op": "status"})
+        fps = status.get("measured", {}).get(scenario, {}).get("fps")
+        if status.get("scenario") == scenario and fps and (time.monotonic() - switched) * fps >= 2 * frames:
+            return
+        if process.poll() is not None:
+            raise SbrsRuntimeError("bench: sbrs run ended while switching")
+    raise SbrsRuntimeError(f"bench: scenario {scenario} did not run {frames} frames in {STAGE_TIMEOUT_S:g} s")
+
+
+def plan_figures(app_path: str | Path) -> dict[str, int]:
+    """The plan of the app's current build as ``sbrs.compile.footprint`` defines it (parameters as executed,
+    every tensor, transition room), in bytes."""
+    from sbrs.artifact.read import load_build
+    from sbrs.compile.footprint import parts_footprint, units_footprint
+
+    build = load_build(app_path)
+    if build.parts is not None:
+        return parts_footprint(build.parts).to_dict()
+    from sbrs.app import load_app
+
+    return units_footprint(load_app(app_path).models, build.plan).to_dict()
+
+
+def measure_device_memory(app_path: str | Path, *, frames: int = FRAMES) -> dict[str, Any]:
+    """Device memory of ``sbrs run``, the Python API and plain ONNX Runtime for the app's current build (module
+    docstring), with the plan and the bound beside them; JSON-ready, bytes."""
+    if frames < 1:
+        raise InputError(f"frames {frames} must be >= 1", field="frames")
+    from sbrs.app.config import load_app_config
+    from sbrs.artifact.read import build_dir
+
+    app_path = Path(app_path).resolve()
+    config = load_app_config(app_path)
+    plan = plan_figures(app_path)
+    models = [str(Path(s.model_path).resolve()) for s in config.scenarios]
+    weights = (str(build_dir(app_path)) + os.sep, *sorted({str(Path(m).parent) + os.sep for m in models}))
+    ort_args = {"shape": list(config.input.shape), "dtype": config.input.dtype, "frames": frames}
+    largest = max(models, key=lambda path: Path(path).stat().st_size)
+    report: dict[str, Any] = {"app": config.name, "frames_per_scenario": frames, "plan": plan,
+                              "bound_bytes": int(BOUND_FACTOR * plan["plan_bytes"] + BOUND_FIXED_BYTES)}
+    with bare_interpreter() as bare:
+        report["bare_pss_bytes"] = bare.pss_total
+        report["bare_rss_bytes"] = bare.rss_total
+        report["sbrs_run"] = measure_sbrs_run(app_path, bare, weights, frames)
+        report["python_api"] = staged(_probe("python_api", "python_api.py", str(app_path), str(frames),
+                                             weights=weights), bare)
+        report["plain_ort"] = staged(_probe("plain_ort", "plain_ort.py", json.dumps({"models": models, **ort_args}),
+                                            weights=weights), bare)
+        report["plain_ort_active"] = staged(_probe("plain_ort_active", "plain_ort.py",
+                                                   json.dumps({"models": [largest], **ort_args}), weights=weights),
+                                            bare)
+    report["summary"] = summarize(report)
+    return report
+
+
+def summarize(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The steady figures side by side, the ratios against plain ONNX Runtime and whether the bound holds."""
+    steady = {"sbrs_run": report["sbrs_run"]["stages"]["ran"], "python_api": report["python_api"]["stages"]["ran"],
+              "plain_ort": report["plain_ort"]["stages"]["ran"],
+              "plain_ort_trimmed": report["plain_ort"]["stages"]["trimmed"],
+              "plain_ort_active": report["plain_ort_active"]["stages"]["ran"]}
+    bound = report["bound_bytes"]
+    summary: dict[str, Any] = {name: {"pss_bytes": row["pss_bytes"], "rss_bytes": row["rss_bytes"],
+                                      "peak_rss_bytes": row["peak_rss_bytes"]} for name, row in steady.items()}
+    for name in ("sbrs_run", "python_api"):
+        summary[name]["within_bound"] = steady[name]["pss_bytes"] <= bound
+        ort = steady["plain_ort"]["pss_bytes"]
+        summary[name]["pss_ratio_vs_plain_ort"] = round(steady[name]["pss_bytes"] / ort, 4) if ort > 0 else None
+    stages = report["python_api"]["stages"]
+    anonymous = {name: stages[name]["split_pss_bytes"]["anonymous"] for name in ("imported", "loaded", "ran")}
+    summary["where_it_goes_pss_bytes"] = {
+        "weights_files": stages["ran"]["split_pss_bytes"]["weights_files"],
+        "onnxruntime_library": stages["ran"]["split_pss_bytes"]["onnxruntime_library"],
+        "other_code": stages["ran"]["split_pss_bytes"]["other_code"],
+        "anonymous_importing_sbrs": anonymous["imported"],
+        "anonymous_opening_runtime": anonymous["loaded"] - anonymous["imported"],
+        "anonymous_running_scenarios": anonymous["ran"] - anonymous["loaded"],
+        "other": stages["ran"]["split_pss_bytes"]["other"],
+    }
+    return summary
+
+
+def format_device_memory(report: Mapping[str, Any]) -> str:
+    """A table for people."""
+    mb = 1e6
+    plan, summary = report["plan"], report["summary"]
+    lines = [f"device memory of {report['app']}, measured from outside (fresh processes, every scenario run "
+             f"{report['frames_per_scenario']}+ frames), above a bare interpreter with numpy and onnxruntime "
+             f"imported (PSS {report['bare_pss_bytes'] / mb:.1f} MB)",
+             f"plan: parameters {plan['params_bytes'] / mb:.2f} MB + tensors {plan['tensors_bytes'] / mb:.2f} MB"
+             f" + transition room {plan['transition_bytes'] / mb:.2f} MB = {plan['plan_bytes'] / mb:.2f} MB; "
+             f"bound 1.1 x plan + 13 MB = {report['bound_bytes'] / mb:.2f} MB",
+             f"{'':<38} {'PSS MB':>8} {'RSS MB':>8} {'peak RSS MB':>12} {'PSS / plain ORT':>16}"]
+    labels = {"sbrs_run": "sbrs run (control socket)", "python_api": "sbrs.runtime_for(app.yaml)",
+              "plain_ort": "plain ORT, every scenario loaded", "plain_ort_trimmed": "  the same after malloc_trim",
+              "plain_ort_active": "plain ORT, largest scenario alone"}
+    for name, label in labels.items():
+        row = summary[name]
+        ratio = row.get("pss_ratio_vs_plain_ort")
+        verdict = "" if "within_bound" not in row else ("  within bound" if row["within_bound"] else "  OVER BOUND")
+        lines.append(f"{label:<38} {row['pss_bytes'] / mb:>8.1f} {row['rss_bytes'] / mb:>8.1f} "
+                     f"{row['peak_rss_bytes'] / mb:>12.1f} {'' if ratio is None else f'{ratio:.3f}':>16}{verdict}")
+    lines.append("where sbrs.runtime_for's PSS goes (MB): " + ", ".join(
+        f"{name.replace('_', ' ')} {value / mb:.1f}" for name, value in summary["where_it_goes_pss_bytes"].items()))
+    return "\n".join(lines)
