@@ -18,6 +18,9 @@ BACKWARD: dict[str, tuple[str, ...]] = {
     "sbrs.memory": ("sbrs.app", "sbrs.plan", "sbrs.build", "sbrs.runtime", *INTERFACES),
     "sbrs.reduction": ("sbrs.app", "sbrs.plan", "sbrs.build", "sbrs.runtime", *INTERFACES),
     "sbrs.ort_env": ("sbrs.app", "sbrs.model", "sbrs.build", "sbrs.runtime", *INTERFACES),
+    # What outputs become (post-processing, saved frames): numpy only, read by the app stage, runtime and run.
+    "sbrs.outputs": ("sbrs.app", "sbrs.model", "sbrs.moc", "sbrs.plan", "sbrs.build", "sbrs.runtime", "sbrs.zoo",
+                     *INTERFACES),
     "sbrs.app": ("sbrs.plan", "sbrs.build", "sbrs.runtime", *INTERFACES),
     "sbrs.plan": ("sbrs.build", "sbrs.runtime", *INTERFACES),
     # The build compiles (runtime.compile, the transition tables of runtime.switch); it does not execute. Its

@@ -66,5 +66,9 @@ def _import_scenario(config: AppConfig, scenario: ScenarioConfig) -> CnnModel:
 
 def load_app(path: str | Path) -> App:
     """Load an app YAML: validate it, resolve and import every scenario's CNN."""
+    from sbrs.app.postprocess import check_model_outputs
+
     config = load_app_config(path)
-    return App(config, {s.name: _import_scenario(config, s) for s in config.scenarios})
+    models = {s.name: _import_scenario(config, s) for s in config.scenarios}
+    check_model_outputs(config, models)
+    return App(config, models)
