@@ -219,6 +219,15 @@ def test_run_writes_raw_values(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert np.array(line["raw"]["output"]).shape == (1, 10)
 
 
+def test_run_summarises_top_k_with_the_k_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    app = tmp_path / "app.yaml"
+    app.write_text(TINY_APP.format(postprocess="{kind: top-k, k: 3}"))
+    assert main(["run", str(app), "--frames", "1", "--no-socket"]) == 0
+    line = json.loads(capsys.readouterr().out)
+    assert set(line) == {"frame", "scenario", "latency_s", "outputs"}
+    assert len(line["outputs"]["output"]["top3"]) == 3 and "top5" not in line["outputs"]["output"]
+
+
 @pytest.mark.parametrize("problem", ["a file", "earlier frames", "an unwritable folder"])
 def test_a_bad_save_outputs_folder_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                          problem: str) -> None:
