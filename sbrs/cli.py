@@ -227,7 +227,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
                        granularity=args.granularity, transition=args.transition, on_switch=args.on_switch,
                        socket_path=args.socket,
                        listen=args.listen, no_socket=args.no_socket, order=args.order, observers=observers,
-                       summary_path=args.summary, stop=stop)
+                       summary_path=args.summary, stop=stop, save_outputs=args.save_outputs)
     finally:
         if metrics_server is not None:
             metrics_server.stop()
@@ -430,6 +430,9 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--summary", default=None, metavar="FILE",
                      help="also write the run's summary as one JSON object to FILE (frames, switches, and the "
                           "runtime's memory report: params_bytes, arena_bytes, limit_bytes)")
+    run.add_argument("--save-outputs", default=None, metavar="DIR",
+                     help="also write each frame's raw outputs to DIR/frame-NNNNNNNNNN.npz (with its frame index and "
+                          "scenario; DIR is made if missing and must hold no frame files yet)")
     run.add_argument("--seed", type=int, default=0, help="seed of the random frames")
     run.add_argument("--rebuild", action="store_true",
                      help="compile the app again first (default: run its current build, made on first run)")

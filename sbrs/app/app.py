@@ -70,7 +70,9 @@ def _import_scenario(config: AppConfig, scenario: ScenarioConfig) -> CnnModel:
 
 def load_app(path: str | Path) -> App:
     """Load an app YAML: validate it, resolve and import every scenario's CNN (put in canonical form first when
-    it needs it, ``sbrs.model.canonical``)."""
+    it needs it, ``sbrs.model.canonical``), and check that each scenario's ``postprocess:`` fits its outputs."""
+    from sbrs.app.postprocess import check_model_outputs
+
     config = load_app_config(path)
     progress = Progress(logger, f"importing the models of app '{config.name}'", len(config.scenarios),
                         unit="models")
@@ -79,4 +81,5 @@ def load_app(path: str | Path) -> App:
         logger.debug("scenario %s: importing %s", scenario.name, scenario.model_path)
         models[scenario.name] = _import_scenario(config, scenario)
         progress(done)
+    check_model_outputs(config, models)
     return App(config, models)

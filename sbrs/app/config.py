@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from sbrs.cache import cached_file, content_key
 from sbrs.errors import InputError
+from sbrs.outputs.spec import DEFAULT_SPEC, PostprocessSpec
 
 if TYPE_CHECKING:  # YAML and pydantic read and validate a file; a compiled build (sbrs.artifact.read) needs neither
     from pydantic import BaseModel
@@ -58,6 +59,7 @@ class ScenarioConfig:
     model_path: str
     requirements: RequirementSet
     characteristics: DeclaredCharacteristics
+    postprocess: PostprocessSpec = DEFAULT_SPEC  # its own ``postprocess:``, else the app's, else top-5
 
 
 @dataclass(frozen=True)
@@ -261,7 +263,10 @@ def _zoo_export(entry: ScenarioEntry, doc: LocatedYaml, path: Path_) -> Path:
         raise doc.error((*path, "zoo"), exc.detail) from None
 
 
-def _resolve_scenario(entry: ScenarioEntry, app: AppEntry, doc: LocatedYaml, path: Path_) -> ScenarioConfig:
+def _resolve_scenario(entry: ScenarioEntry, app: AppEntry, doc: LocatedYaml, path: Path_,
+                      postprocess: PostprocessSpec = DEFAULT_SPEC) -> ScenarioConfig:
+    from sbrs.app.postprocess import resolve_postprocess
+
     if entry.model is not None:
         model_path = (Path(doc.file).parent / entry.model).resolve()
         if not model_path.is_file():
@@ -278,6 +283,8 @@ def _resolve_scenario(entry: ScenarioEntry, app: AppEntry, doc: LocatedYaml, pat
         model_path=str(model_path),
         requirements=RequirementSet(**entry.requirements.model_dump()),
         characteristics=DeclaredCharacteristics(**entry.characteristics.model_dump()),
+        postprocess=postprocess if entry.postprocess is None else
+        resolve_postprocess(entry.postprocess, doc, (*path, "postprocess"), "scenario"),
     )
 
 
@@ -337,12 +344,15 @@ def _resolve_metrics(entry: MetricsEntry, doc: LocatedYaml) -> MetricsConfig:
 
 def load_app_config(path: str | Path) -> AppConfig:
     """Read and validate an app YAML and its scenario files; resolve every scenario's ONNX file."""
+    from sbrs.app.postprocess import resolve_postprocess
     from sbrs.app.schema import AppEntry
     from sbrs.app.yaml_lines import format_path, load_yaml
 
     doc = load_yaml(path)
     _as_mapping(doc, doc.data, (), "the app")
     app: AppEntry = _validate(AppEntry, doc.data, doc)
+    postprocess = (DEFAULT_SPEC if app.postprocess is None
+                   else resolve_postprocess(app.postprocess, doc, ("postprocess",), "app"))
 
     scenarios: list[ScenarioConfig] = []
     first_defined: dict[str, str] = {}
@@ -352,7 +362,7 @@ def load_app_config(path: str | Path) -> AppConfig:
             first = first_defined[entry.name]
             raise entry_doc.error((*entry_path, "name"), f"duplicate scenario name '{entry.name}' (first: {first})")
         first_defined[entry.name] = format_path(("scenarios", index))
-        scenarios.append(_resolve_scenario(entry, app, entry_doc, entry_path))
+        scenarios.append(_resolve_scenario(entry, app, entry_doc, entry_path, postprocess))
 
     names = [s.name for s in scenarios]
     initial = app.initial or names[0]

@@ -69,6 +69,7 @@ class ScenarioEntry(Strict):
     seed: StrictInt = 0
     requirements: Requirements = Requirements(accuracy=1.0)
     characteristics: Characteristics = Characteristics()
+    postprocess: Any = None  # this scenario's own; checked by sbrs.app.postprocess (one model per kind)
 
     @model_validator(mode="after")
     def _one_model_source(self) -> ScenarioEntry:
@@ -160,6 +161,7 @@ class AppEntry(Strict):
     memory_limit_mb: Annotated[Number, Field(gt=0)] | None = None
     policy: PolicyEntry = PolicyEntry()
     metrics: MetricsEntry = MetricsEntry()
+    postprocess: Any = None  # every scenario's unless it names its own; checked by sbrs.app.postprocess
 
     @field_validator("adaptive")
     @classmethod
@@ -167,3 +169,57 @@ class AppEntry(Strict):
         if len(set(value)) != len(value):
             raise ValueError("duplicate entry")
         return value
+
+
+# ``postprocess:`` (sbrs.app.postprocess picks the model by ``kind``; a bare string is a short form)
+PostprocessKind = Literal["top-k", "detections", "raw", "function"]
+FUNCTION_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+OutputName = Annotated[StrictStr, Field(min_length=1, max_length=1024)]
+Fraction = Annotated[Number, Field(ge=0, le=1)]
+
+
+class TopKEntry(Strict):
+    """``postprocess: {kind: top-k, k: 5}``: the k best classes of every [1, C] output."""
+
+    kind: Literal["top-k"]
+    k: Annotated[StrictInt, Field(ge=1, le=1000)] = 5
+
+
+class DetectionsEntry(Strict):
+    """``postprocess: {kind: detections, ...}`` (``sbrs.outputs.spec.DetectionsSpec``)."""
+
+    kind: Literal["detections"]
+    format: Literal["yolo", "ssd"] = "yolo"
+    output: OutputName | None = None
+    boxes: OutputName | None = None
+    scores: OutputName | None = None
+    box_format: Literal["cxcywh", "xyxy"] | None = None
+    normalized: StrictBool = False
+    activation: Literal["none", "sigmoid", "softmax"] = "none"
+    background: Annotated[StrictInt, Field(ge=0)] | None = None
+    confidence: Fraction = 0.25
+    iou: Fraction = 0.45
+    max_detections: Annotated[StrictInt, Field(ge=1, le=100_000)] = 100
+    max_candidates: Annotated[StrictInt, Field(ge=1, le=10_000)] = 1000
+
+    @model_validator(mode="after")
+    def _keys_of_the_format(self) -> DetectionsEntry:
+        if self.format == "yolo" and (self.boxes is not None or self.scores is not None):
+            raise ValueError("'boxes' and 'scores' name the outputs of format ssd; format yolo reads one 'output'")
+        if self.format == "ssd" and self.output is not None:
+            raise ValueError("'output' names the one output of format yolo; format ssd reads 'boxes' and 'scores'")
+        return self
+
+
+class RawEntry(Strict):
+    """``postprocess: {kind: raw, max_elements: N}``: the outputs as lists (small outputs only)."""
+
+    kind: Literal["raw"]
+    max_elements: Annotated[StrictInt, Field(ge=1, le=1 << 24)] = 10_000
+
+
+class FunctionEntry(Strict):
+    """``postprocess: {kind: function, function: module:function}`` (short form: the string itself)."""
+
+    kind: Literal["function"]
+    function: Annotated[StrictStr, Field(pattern=FUNCTION_PATTERN, max_length=256)]

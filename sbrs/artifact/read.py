@@ -264,6 +264,7 @@ def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
         RuntimeOptions,
         ScenarioConfig,
     )
+    from sbrs.outputs.spec import spec_from_dict
 
     def requirements(value: Mapping[str, float] | None) -> RequirementSet | None:
         return None if value is None else RequirementSet(**value)
@@ -275,7 +276,8 @@ def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
         adaptive=tuple(data["adaptive"]), initial=data["initial"],
         scenarios=tuple(ScenarioConfig(s["name"], s["defined_in"], s["model_kind"], s["model_path"],
                                        RequirementSet(**s["requirements"]),
-                                       DeclaredCharacteristics(**s["characteristics"]))
+                                       DeclaredCharacteristics(**s["characteristics"]),
+                                       spec_from_dict(s.get("postprocess")))
                         for s in data["scenarios"]),
         runtime=RuntimeOptions(**{**data["runtime"], "providers": tuple(data["runtime"]["providers"])}),
         memory_limit_mb=data["memory_limit_mb"],

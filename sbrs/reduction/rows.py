@@ -11,7 +11,8 @@ each of its data inputs, which input rows are needed for a range of output rows:
   the padding the band adds (Algorithm 4, lines 27-28 and 32, 36: positive pads are zero rows not taken from
   the channel, negative pads are cropped rows that are taken from it and dropped). Element-wise layers
   (activations, BatchNormalization, Add/Sub/Mul/Div, Concat along channels or width) are windows of height 1:
-  rows map 1:1, and every input of a multi-input layer is read at the same rows;
+  rows map 1:1, and every input of a multi-input layer is read at the same rows (unless a parameter operand
+  differs along the height, such as the ``[1, 1, 16, 1]`` bin weights of a detector's DFL head: whole);
 - ``broadcast``: an input one row high read by a layer whose output is taller (the SE gate of ``Mul(x, s)``):
   every phase reads the whole (one-row) input;
 - ``whole``: the output rows depend on all input rows (Gemm, MatMul, GlobalAveragePool/GlobalMaxPool,
@@ -191,6 +192,8 @@ def layer_row_maps(model: CnnModel, layer: Layer) -> dict[str, RowMap]:
     if layer.op in ROWWISE_OPS:
         if layer.op == "Concat" and int(layer.attributes.get("axis", 1)) % 4 == 2:
             return whole
+        if any(len(param.shape) >= 2 and param.shape[-2] > 1 for param in layer.params):
+            return whole  # a constant that differs from row to row (``Mul(x, c)``, c [1, 1, H, 1]): no bands
         maps = {}
         for name, shape in shapes.items():
             rows = tensor_rows(shape)

@@ -17,9 +17,13 @@ tensors in the arena) are given to the policy (``update_measurements``).
 One JSON line per frame, in completion order by default (``--order``; ``Runtime.process``: the first frame
 of a new scenario may come before the frame that was in flight when the switch came, whose line follows):
 ``{"frame": i, "scenario": name, "latency_s": x, "outputs": {name: summary}}``
-where a 2-D class output ``[1, C]`` is summarised by its ``top5`` ``[[index, value], ...]`` and any other
-output by ``mean``/``min``/``max``; both carry the ``shape``. The first frame of a new scenario also carries
-``"switch": {"old", "new", "response_delay_s", ...}``.
+where a 2-D class output ``[1, C]`` is summarised by its ``top5`` ``[[index, value], ...]`` (``topK`` with the
+scenario's ``postprocess: {kind: top-k, k: K}``) and any other output by ``mean``/``min``/``max``; both carry
+the ``shape``. The scenario's post-processor adds its value (``sbrs.outputs.postprocess``): ``detections``
+(``[{"box": [x1, y1, x2, y2], "score", "class"}, ...]``), ``raw`` or, for the user's function, ``value``; when
+that function fails on the frame, ``error`` instead (one line, also logged; the run goes on). The first
+frame of a new scenario also carries ``"switch": {"old", "new", "response_delay_s", ...}``. With
+``--save-outputs DIR`` each frame's raw outputs also go to ``DIR`` (``sbrs.outputs.save``).
 """
 
 from __future__ import annotations
@@ -37,8 +41,9 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
+from sbrs.outputs.postprocess import TOP_K, PostprocessError, PostProcessor, top_k
 from sbrs.runtime.control_node import SwitchRecord
-from sbrs.runtime.engine import Runtime
+from sbrs.runtime.engine import FrameResult, Runtime
 from sbrs.runtime.events import Observers, RunObserver
 
 if TYPE_CHECKING:
@@ -46,32 +51,49 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-TOP_K = 5
 MEASURE_EVERY_S = 1.0
 MEASURE_WINDOW = 32  # recent frames per scenario for the measured fps
 
 
 @dataclass(frozen=True)
 class FrameRecord:
-    """What one frame did: its index, the scenario it ran on, its latency and its outputs."""
+    """What one frame did: its index, the scenario it ran on, its latency and its outputs; ``result`` (the
+    runtime's ``FrameResult``) carries the post-processed ``value`` too."""
 
     index: int
     scenario: str
     latency_s: float
     outputs: dict[str, np.ndarray]
     switch: SwitchRecord | None = None
+    result: FrameResult | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON line: the ``outputs`` summary, the post-processed value under its post-processor's key
+        (``detections``, ``raw``, ``value``), or ``error`` when the user's function failed on this frame."""
+        processor = self.postprocessor
+        top = TOP_K if processor is None else processor.top
         data: dict[str, Any] = {"frame": self.index, "scenario": self.scenario, "latency_s": round(self.latency_s, 6),
-                                "outputs": {name: summarize_output(value) for name, value in self.outputs.items()}}
+                                "outputs": {name: summarize_output(value, top) for name, value in self.outputs.items()}}
+        if processor is not None and processor.json_key is not None and self.result is not None:
+            try:
+                data[processor.json_key] = processor.to_json(self.result.value)
+            except PostprocessError as error:
+                data["error"] = str(error)
         if self.switch is not None:
             data["switch"] = self.switch.to_dict()
         return data
 
+    @property
+    def postprocessor(self) -> PostProcessor | None:
+        if self.result is None or self.result.postprocessors is None:
+            return None
+        return self.result.postprocessors.get(self.scenario)
 
-def summarize_output(value: np.ndarray) -> dict[str, Any]:
-    """Top-5 (index, value) pairs of a ``[1, C]`` output, else its mean, min and max; with the shape. JSON has
-    no NaN or infinity: an output holding them is summarised by ``nonfinite`` (their count) and ``null``s."""
+
+def summarize_output(value: np.ndarray, top: int = TOP_K) -> dict[str, Any]:
+    """Top-``top`` (index, value) pairs of a ``[1, C]`` output (key ``top5`` for 5), else its mean, min and max;
+    with the shape. JSON has no NaN or infinity: an output holding them is summarised by ``nonfinite`` (their
+    count) and ``null``s."""
     summary: dict[str, Any] = {"shape": list(value.shape)}
     if value.size and not np.issubdtype(value.dtype, np.number):
         return summary
@@ -81,9 +103,7 @@ def summarize_output(value: np.ndarray) -> dict[str, Any]:
             summary.update(nonfinite=nonfinite, mean=None, min=None, max=None)
             return summary
     if value.ndim == 2 and value.shape[0] == 1:
-        row = value[0]
-        best = np.argsort(-row, kind="stable")[:TOP_K]
-        summary["top5"] = [[int(i), float(row[i])] for i in best]
+        summary[f"top{top}"] = [[index, score] for index, score in top_k(value[0], top)]
     elif value.size:
         summary.update(mean=float(value.mean()), min=float(value.min()), max=float(value.max()))
     return summary
@@ -107,6 +127,7 @@ class RunSummary:
     interrupted: bool = False
     switch_count: int = 0
     switch_delay_total_s: float = 0.0
+    postprocess_errors: int = 0  # frames whose post-processing failed (their lines carry ``error``)
     recent_switches: deque[SwitchRecord] = field(default_factory=lambda: deque(maxlen=RECENT_SWITCHES))
 
     def add_switch(self, record: SwitchRecord) -> None:
@@ -126,6 +147,7 @@ class RunSummary:
         return {"frames": self.total_frames, "frames_per_scenario": dict(self.frames),
                 "seconds": round(self.seconds, 6), "fps": round(self.fps, 3), "arena_bytes": self.arena_bytes,
                 "interrupted": self.interrupted, "switches": self.switch_count,
+                "postprocess_errors": self.postprocess_errors,
                 "mean_response_delay_s": round(self.switch_delay_total_s / self.switch_count, 6)
                 if self.switch_count else None,
                 "recent_switches": [record.to_dict() for record in self.recent_switches], "memory": dict(self.memory)}
@@ -135,8 +157,10 @@ class RunSummary:
         stopped = " (stopped by a signal)" if self.interrupted else ""
         switched = (f"; {self.switch_count} switches, response delay mean "
                     f"{self.switch_delay_total_s / self.switch_count * 1e3:.3f} ms" if self.switch_count else "")
+        failed = (f"; post-processing failed on {self.postprocess_errors} frames" if self.postprocess_errors
+                  else "")
         return (f"sbrs run: {self.total_frames} frames in {self.seconds:.3f} s, {self.fps:.1f} fps{stopped}; "
-                f"frames per scenario: {per_scenario}{switched}; {self.memory_text()}")
+                f"frames per scenario: {per_scenario}{switched}{failed}; {self.memory_text()}")
 
     def memory_text(self) -> str:
         """The memory figures of the summary line (``Runtime.memory_report``)."""
@@ -173,7 +197,8 @@ def run_frames(runtime: Runtime, frames: Iterable[np.ndarray], *, limit: int | N
             if result.switch is not None:
                 summary.add_switch(result.switch)
             if on_frame is not None:
-                on_frame(FrameRecord(result.index, result.scenario, result.latency_s, result.outputs, result.switch))
+                on_frame(FrameRecord(result.index, result.scenario, result.latency_s, result.outputs, result.switch,
+                                     result))
     finally:
         results.close()
     summary.seconds = time.perf_counter() - started
@@ -211,12 +236,15 @@ class Measurements:
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def json_lines_writer(stream: IO[str]) -> Callable[[FrameRecord], None]:
-    """An ``on_frame`` callback writing one JSON line per frame to ``stream`` (flushed per line)."""
+def json_lines_writer(stream: IO[str]) -> Callable[[FrameRecord], dict[str, Any]]:
+    """An ``on_frame`` callback writing one JSON line per frame to ``stream`` (flushed per line); it returns
+    the line's object."""
 
-    def write(record: FrameRecord) -> None:
-        stream.write(json.dumps(record.to_dict(), allow_nan=False) + "\n")
+    def write(record: FrameRecord) -> dict[str, Any]:
+        line = record.to_dict()
+        stream.write(json.dumps(line, allow_nan=False) + "\n")
         stream.flush()
+        return line
 
     return write
 
@@ -226,11 +254,13 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
             socket_path: str | None = None,
             listen: str | None = None, no_socket: bool = False, order: str = "completion",
             observers: Iterable[RunObserver] = (), summary_path: str | None = None,
-            stop: threading.Event | None = None) -> int:
+            stop: threading.Event | None = None, save_outputs: str | None = None) -> int:
     """``sbrs run``: load the app, serve the control socket, run frames (JSON lines to stdout or ``output``),
     the summary logged (INFO; and as JSON to ``summary_path``). ``observers`` (``RunObserver``) get every run
     event (metrics plug in here). ``stop``: set it to end the run after the frame in flight (``sbrs run`` sets
-    it on SIGINT, SIGTERM and SIGHUP, ``sbrs.cli.stop_on_signals``; the library never touches signal handlers)."""
+    it on SIGINT, SIGTERM and SIGHUP, ``sbrs.cli.stop_on_signals``; the library never touches signal handlers).
+    ``save_outputs``: a folder for one ``.npz`` of raw outputs per frame (``sbrs.outputs.save``). A frame whose
+    post-processing fails gets ``error`` in its line and a logged error; the run goes on."""
     from sbrs.control.controller import PolicyController
     from sbrs.errors import InputError
     from sbrs.ort_env import release_free_memory
@@ -242,6 +272,11 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
     if no_socket and listen is not None:
         raise InputError("--listen serves the control protocol on TCP, --no-socket serves none: choose one",
                          field="--listen")
+    saver = None
+    if save_outputs is not None:  # a bad folder fails before the models load
+        from sbrs.outputs.save import OutputSaver
+
+        saver = OutputSaver(save_outputs)
     stop = stop or threading.Event()
     fan_out = Observers(observers)
     # from the app's verified build (sbrs.artifact.read); the models are never parsed in this process
@@ -271,9 +306,16 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
         raise InputError(f"{exc.filename}: cannot write ({exc.strerror})",
                          field="--summary" if exc.filename == summary_path else "--output") from None
     writer = json_lines_writer(stream)
+    postprocess_errors = 0
 
     def on_frame(record: FrameRecord) -> None:
-        writer(record)
+        nonlocal postprocess_errors
+        if saver is not None:
+            saver.save(record.index, record.scenario, record.outputs)
+        line = writer(record)
+        if "error" in line:
+            postprocess_errors += 1
+            logger.error("sbrs run: %s", line["error"])
         measurements.frame(record)
 
     try:
@@ -294,6 +336,7 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
     finally:
         if stream is not sys.stdout:
             stream.close()
+    summary.postprocess_errors = postprocess_errors
     logger.info("%s", summary.to_text())
     if summary_path:
         with open(summary_path, "w", encoding="utf-8") as summary_stream:

@@ -43,7 +43,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +53,7 @@ import onnxruntime as ort
 from sbrs.compile.transitions import TRANSITION_MODES, TransitionPlan
 from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.ort_env import Threads, create_session, release_free_memory, resolve_providers, use_threads
+from sbrs.outputs.postprocess import FrameMeta, PostProcessor, postprocessors_for, value_of
 from sbrs.runtime import reports
 from sbrs.runtime.binding import Bound, bind_parts, bind_units
 from sbrs.runtime.control_node import ControlNode, SwitchRecord, SwitchRequest
@@ -113,16 +114,36 @@ class Program:
     release: bool = False
 
 
+#: ``FrameResult._value`` before its first read.
+_NOT_COMPUTED: Any = object()
+
+
 @dataclass(slots=True)  # not frozen: it is built on the switch's critical path, and frozen costs 3x
 class FrameResult:
     """One processed frame: its index in the stream, the scenario that processed it, its outputs, its latency
-    (from copying it in to its outputs copied out) and, on the first frame of a new scenario, the switch."""
+    (from copying it in to its outputs copied out) and, on the first frame of a new scenario, the switch.
+
+    ``value``: the outputs as the scenario's ``postprocess:`` makes them (top-k classes, detections, lists, or
+    what the user's function returns), computed when first read, by the reader: the runtime hands over only its
+    table of post-processors (``postprocessors``), so no switch waits for post-processing.
+    """
 
     index: int
     scenario: str
     outputs: dict[str, np.ndarray]
     latency_s: float
     switch: SwitchRecord | None = None
+    postprocessors: Mapping[str, PostProcessor] | None = field(default=None, repr=False, compare=False)
+    _value: Any = field(default=_NOT_COMPUTED, init=False, repr=False, compare=False)
+
+    @property
+    def value(self) -> Any:
+        """The post-processed outputs (computed on first read; a failing user function raises
+        ``sbrs.outputs.PostprocessError``, one line, each time it is read)."""
+        if self._value is _NOT_COMPUTED:
+            self._value = value_of(self.postprocessors, self.outputs,
+                                   FrameMeta(self.index, self.scenario, self.latency_s, self.switch))
+        return self._value
 
 
 def runtime_options(config: AppConfig, transition: str | None, transition_arena: str | None,
@@ -184,6 +205,10 @@ class Runtime:
         self.node = ControlNode(tuple(s.name for s in config.scenarios), config.initial, mode=mode,
                                 observers=self.observers,
                                 interrupt=self._interrupt if self.on_switch == "cancel" else None)
+        # each scenario's post-processor, for its results' ``value`` (a user function is imported here, once)
+        self.postprocessors: dict[str, PostProcessor] = postprocessors_for(
+            {s.name: s.postprocess for s in config.scenarios}, config.input.shape, config.path,
+            {s.name: s.defined_in for s in config.scenarios})
         self.providers = resolve_providers(tuple(config.runtime.providers), where=config.path)
         self.device = device_of(self.providers)
         if by_parts and self.device != "cpu":
@@ -372,6 +397,14 @@ class Runtime:
                              field="switch")
         self.node.request(scenario, source)
 
+    def postprocess(self, outputs: Mapping[str, np.ndarray], scenario: str | None = None) -> Any:
+        """``outputs`` (``infer``'s) as ``scenario``'s ``postprocess:`` makes them (default: the scenario of
+        the last frame run); what ``FrameResult.value`` is for ``process``'s results."""
+        name = self.node.scenario if scenario is None else scenario
+        if name not in self.postprocessors:
+            raise InputError(f"unknown scenario '{name}' (scenarios: {', '.join(self.scenarios)})", field="scenario")
+        return value_of(self.postprocessors, outputs, FrameMeta(0, name, 0.0))
+
     def status(self) -> dict[str, Any]:
         """The control node's snapshot (state, scenario, pending request, Δ of the last switch, ...)."""
         return self.node.status()
@@ -504,7 +537,7 @@ class Runtime:
             record = self.node.record(request, previous, done, ssr_step=None, overlapped_steps=0, mode=mode,
                                       cancelled_steps=cancelled_steps)
         self._unsettled.append((scenario, done - begin, request, record))
-        return FrameResult(index, scenario, outputs, done - begin, record)
+        return FrameResult(index, scenario, outputs, done - begin, record, self.postprocessors)
 
     def _settle(self) -> None:
         """The bookkeeping of frames whose results went out (observers' ``frame_done``, the control node's end
@@ -530,7 +563,7 @@ class Runtime:
         record = self.node.record(request, old, end, ssr_step=ssr_step, overlapped_steps=overlapped_steps,
                                   mode="sbrs-tp")
         self._unsettled.append((new, end - begin, request, record))
-        return FrameResult(index, new, outputs, end - begin, record)
+        return FrameResult(index, new, outputs, end - begin, record, self.postprocessors)
 
     def _checked_frame(self, frame: Frame) -> dict[str, np.ndarray]:
         name, shape, dtype = self._input_spec

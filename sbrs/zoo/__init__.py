@@ -31,6 +31,7 @@ from sbrs.zoo.har import har_cnn
 from sbrs.zoo.mobilenet import mobilenet_v1, mobilenet_v2
 from sbrs.zoo.resnet import cifar_resnet, resnet18, resnet50
 from sbrs.zoo.squeezenet import squeezenet1_1
+from sbrs.zoo.yolo import yolo_detector
 
 __all__ = [
     "ZOO_VERSION",
@@ -163,6 +164,21 @@ def _registry() -> dict[str, tuple[ZooEntry, Callable[..., onnx.ModelProto]]]:
                 "head_width": OptionSpec("int", 512, "width of the two hidden fully connected layers"),
             },
             har_cnn,
+        ),
+        (
+            "yolo_detector",
+            "YOLO-style detector (CSP backbone, PAN neck, DFL head), output [1, 4 + classes, anchors] as "
+            "ultralytics exports: cx, cy, w, h in pixels and class scores",
+            {
+                **_common(320, 80),
+                "neck_width": OptionSpec(
+                    "float", 1.0, "width multiplier of the neck and head (the backbone is shared by all widths)"
+                ),
+                "class_bias": OptionSpec(
+                    "float", -6.0, "initial bias of the class logits (random weights: a few boxes per frame)"
+                ),
+            },
+            yolo_detector,
         ),
     ]
     return {name: (ZooEntry(name, desc, opts), fn) for name, desc, opts, fn in rows}

@@ -188,8 +188,10 @@ class GraphBuilder:
         dilation: int = 1,
         bias: bool = True,
         gain: float = 2.0,
+        bias_mean: float = 0.0,
     ) -> str:
-        """2-D convolution; ``pad=None`` means (k-1)//2 on each side. Parameters ``{name}.weight/.bias``."""
+        """2-D convolution; ``pad=None`` means (k-1)//2 on each side. Parameters ``{name}.weight/.bias`` (the
+        bias drawn around ``bias_mean``)."""
         n, c, h, w = self._rank4(x, "conv")
         kh, kw = pair(kernel, "kernel")
         sh, sw = pair(stride, "stride")
@@ -210,7 +212,7 @@ class GraphBuilder:
             self.param_normal(f"{name}.weight", (out, c // groups, kh, kw), math.sqrt(gain / fan_in)),
         ]
         if bias:
-            inputs.append(self.param_normal(f"{name}.bias", (out,), 0.02))
+            inputs.append(self.param_normal(f"{name}.bias", (out,), 0.02, mean=bias_mean))
         return self._node(
             "Conv",
             inputs,
@@ -316,6 +318,35 @@ class GraphBuilder:
         if len(sa) != len(sb) or any(db not in (1, da) for da, db in zip(sa, sb, strict=True)):
             raise InputError(f"mul: shapes {list(sa)} and {list(sb)} do not broadcast")
         return self._node("Mul", [a, b], sa, name=name)
+
+    def elementwise(self, op: str, a: str, b: str, *, name: str | None = None) -> str:
+        """``Add``, ``Sub``, ``Mul`` or ``Div`` of two tensors or constants, broadcast as numpy does."""
+        if op not in ("Add", "Sub", "Mul", "Div"):
+            raise InputError(f"elementwise: unknown op {op!r} (Add, Sub, Mul, Div)")
+        try:
+            shape = tuple(np.broadcast_shapes(self._any_shape(a), self._any_shape(b)))
+        except ValueError:
+            raise InputError(f"{op}: shapes {list(self._any_shape(a))} and {list(self._any_shape(b))} do not "
+                             "broadcast") from None
+        return self._node(op, [a, b], shape, name=name)
+
+    def reduce_sum(self, x: str, axis: int, *, keepdims: bool = False, name: str | None = None) -> str:
+        """ReduceSum over one axis (opset 13 form: the axes are an input)."""
+        shape = list(self._shapes[x])
+        axis = axis % len(shape)
+        out = tuple(1 if i == axis else d for i, d in enumerate(shape)) if keepdims else tuple(
+            d for i, d in enumerate(shape) if i != axis)
+        node = self._unique(name, "ReduceSum")
+        axes = self.constant(f"{node}.axes", np.array([axis], dtype=np.int64))
+        self._nodes.append(helper.make_node("ReduceSum", [x, axes], [node], name=node, keepdims=int(keepdims)))
+        self._shapes[node] = out
+        return node
+
+    def _any_shape(self, tensor: str) -> Shape:
+        """The shape of a tensor of the graph or of a constant."""
+        if tensor in self._shapes:
+            return self._shapes[tensor]
+        return tuple(int(d) for d in self._inits[tensor].dims)
 
     def concat(self, xs: Sequence[str], *, axis: int = 1, name: str | None = None) -> str:
         """Concatenate along ``axis`` (channels by default); other dimensions must agree."""

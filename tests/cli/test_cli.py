@@ -58,7 +58,7 @@ def test_zoo_list_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["zoo", "list", "--json"]) == 0
     names = {model["name"] for model in json.loads(capsys.readouterr().out)["models"]}
     assert names == {"mobilenet_v1", "mobilenet_v2", "resnet18", "resnet50", "squeezenet1_1", "efficientnet_b0",
-                     "cifar_resnet", "har_cnn"}
+                     "cifar_resnet", "har_cnn", "yolo_detector"}
 
 
 def test_zoo_export_writes_a_checked_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -29,6 +29,8 @@ FAMILIES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("har_cnn", {}, {"conv_layers": 2, "head_width": 128}),
     ("har_cnn", {}, {"head_width": 128}),
     ("har_cnn", {}, {"conv_layers": 3, "head_width": 256}),
+    ("yolo_detector", {"resolution": 64}, {"neck_width": 0.5}),
+    ("yolo_detector", {"resolution": 64, "neck_width": 2.0}, {"neck_width": 1.0, "classes": 20}),
 ]
 
 
@@ -90,6 +92,10 @@ def test_one_name_never_means_two_tensors() -> None:
         ("har_cnn", {"classes": 6}),
         ("har_cnn", {"conv_layers": 1}),
         ("har_cnn", {}),
+        ("yolo_detector", {"neck_width": 0.5}),
+        ("yolo_detector", {"classes": 20}),
+        ("yolo_detector", {"class_bias": -3.0}),
+        ("yolo_detector", {}),
     ]
     seen: dict[tuple[str, str], tuple[bytes, str]] = {}
     for name, options in builds:
@@ -124,6 +130,9 @@ def test_one_name_never_means_two_tensors() -> None:
         ("resnet18", {"head_width": -1}, "head_width"),
         ("mobilenet_v2", {"width": 0.0}, "width"),
         ("squeezenet1_1", {"resolution": 16}, "resolution"),
+        ("yolo_detector", {"resolution": 100}, "resolution"),
+        ("yolo_detector", {"neck_width": 0.1}, "neck_width"),
+        ("yolo_detector", {"classes": 0}, "classes"),
     ],
 )
 def test_bad_family_options_name_the_option(name: str, options: dict[str, Any], field: str) -> None:

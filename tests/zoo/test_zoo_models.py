@@ -30,8 +30,11 @@ SMALL = {
     "efficientnet_b0": {"resolution": 64},
     "cifar_resnet": {},
     "har_cnn": {},
+    "yolo_detector": {"resolution": 64},
 }
 OUT_CLASSES = {"cifar_resnet": 10, "har_cnn": 12}
+#: Detectors: [1, 4 + classes, anchors]; at 64x64 the stride-8, -16 and -32 cells are 8² + 4² + 2² = 84.
+OUT_SHAPES = {"yolo_detector": (1, 84, 84)}
 NAMES = [entry.name for entry in zoo.list_models()]
 
 
@@ -70,7 +73,7 @@ def test_runs_in_onnxruntime(name: str) -> None:
     model = zoo.build(name, **SMALL[name])
     onnx.checker.check_model(model, full_check=True)
     y = run_ort(model)
-    assert y.shape == (1, OUT_CLASSES.get(name, 1000))
+    assert y.shape == OUT_SHAPES.get(name, (1, OUT_CLASSES.get(name, 1000)))
     assert np.isfinite(y).all()
     assert y.std() > 1e-3
 

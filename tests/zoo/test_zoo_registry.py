@@ -22,6 +22,7 @@ EXPECTED = {
     "efficientnet_b0",
     "cifar_resnet",
     "har_cnn",
+    "yolo_detector",
 }
 
 
