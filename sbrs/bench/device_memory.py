@@ -149,10 +149,10 @@ class Probe:
         self.process.stdin.write("\n")
         self.process.stdin.flush()
 
-    def readings(self) -> Iterator[tuple[str, Reading]]:
-        """Each stage's reading, as the probe reaches it."""
+    def readings(self, bare: Bare) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Each stage's reading above ``bare`` (read at the same moment), as the probe reaches it."""
         while (name := self.next_stage()) is not None:
-            yield name, read_process(self.process.pid, self.weights)
+            yield name, bare.above(read_process(self.process.pid, self.weights))
             self.go_on()
 
     def close(self) -> None:
@@ -174,30 +174,40 @@ def _probe(label: str, script: str, *args: str, weights: tuple[str, ...] = ()) -
     return Probe(label, [sys.executable, str(PROBES / script), *args], weights)
 
 
+class Bare:
+    """The baseline process. Read at the same moment as the process measured against it: a page of a shared
+    library both map counts half in each while both live, and in full in one living alone."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def above(self, reading: Reading) -> dict[str, Any]:
+        return reading.above(read_process(self.pid))
+
+
 @contextmanager
-def bare_interpreter() -> Iterator[Reading]:
-    """The baseline process, alive for the ``with`` block; yields its reading."""
+def bare_interpreter() -> Iterator[Bare]:
+    """The baseline process, alive for the ``with`` block."""
     probe = _probe("bare", "bare.py")
     try:
         if probe.next_stage() != "bare":
             probe.close()
             raise SbrsRuntimeError("bench: the bare interpreter did not start")
-        reading = read_process(probe.process.pid)
-        yield reading
+        yield Bare(probe.process.pid)
     finally:
         probe.close()
 
 
-def staged(probe: Probe, bare: Reading) -> dict[str, Any]:
+def staged(probe: Probe, bare: Bare) -> dict[str, Any]:
     """Every stage of ``probe`` above ``bare``, and the facts the probe reported."""
     try:
-        stages = {name: reading.above(bare) for name, reading in probe.readings()}
+        stages = dict(probe.readings(bare))
     finally:
         probe.close()
     return {"stages": stages, "facts": probe.facts}
 
 
-def measure_sbrs_run(app_path: Path, bare: Reading, weights: tuple[str, ...], frames: int) -> dict[str, Any]:
+def measure_sbrs_run(app_path: Path, bare: Bare, weights: tuple[str, ...], frames: int) -> dict[str, Any]:
     """``sbrs run APP`` with its control socket, every scenario switched to and run; read while it runs."""
     from sbrs.server.client import send_request
 
@@ -211,7 +221,7 @@ def measure_sbrs_run(app_path: Path, bare: Reading, weights: tuple[str, ...], fr
             for scenario in status["scenarios"]:
                 send_request(socket_path, {"op": "switch", "scenario": scenario})
                 _wait_for_frames(process, socket_path, scenario, frames)
-            reading = read_process(process.pid, weights)
+            above = bare.above(read_process(process.pid, weights))
         finally:
             process.terminate()
             try:
@@ -222,7 +232,7 @@ def measure_sbrs_run(app_path: Path, bare: Reading, weights: tuple[str, ...], fr
         if process.returncode not in (0, -15):
             last = (error or "").strip().splitlines()
             raise SbrsRuntimeError(f"bench: sbrs run failed: {last[-1] if last else process.returncode}")
-    return {"stages": {"ran": reading.above(bare)}, "facts": {}}
+    return {"stages": {"ran": above}, "facts": {}}
 
 
 def _wait_for_status(process: subprocess.Popen[str], socket_path: str) -> dict[str, Any]:
@@ -288,8 +298,8 @@ def measure_device_memory(app_path: str | Path, *, frames: int = FRAMES) -> dict
     report: dict[str, Any] = {"app": config.name, "frames_per_scenario": frames, "plan": plan,
                               "bound_bytes": int(BOUND_FACTOR * plan["plan_bytes"] + BOUND_FIXED_BYTES)}
     with bare_interpreter() as bare:
-        report["bare_pss_bytes"] = bare.pss_total
-        report["bare_rss_bytes"] = bare.rss_total
+        alone = read_process(bare.pid)
+        report["bare_pss_bytes"], report["bare_rss_bytes"] = alone.pss_total, alone.rss_total
         report["sbrs_run"] = measure_sbrs_run(app_path, bare, weights, frames)
         report["python_api"] = staged(_probe("python_api", "python_api.py", str(app_path), str(frames),
                                              weights=weights), bare)

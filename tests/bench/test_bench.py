@@ -15,21 +15,27 @@ TINY = str(REPO / "apps" / "tiny.yaml")
 def test_bench_smoke_reports_every_key(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", TINY, "--json", "--frames", "2", "--repeats", "1"]) == 0
     report = json.loads(capsys.readouterr().out)
-    for key in ("scenarios", "rss_bytes", "ort_rss_bytes", "rss_ratio", "granularity", "arena_bytes",
-                "peak_rss_bytes", "ort_peak_rss_bytes", "ort_active_rss_bytes", "ort_active_peak_rss_bytes",
-                "baseline_rss_bytes", "rss_ratio_vs_ort_active", "peak_rss_ratio_vs_ort"):
+    for key in ("scenarios", "granularity", "arena_bytes", "threads", "threads_scope", "device_memory"):
         assert key in report
-    # the baseline is a bare interpreter with numpy and onnxruntime: sbrs' imports count against sbrs
-    assert report["baseline_rss_bytes"] > 0 and report["rss_bytes"] > 0
-    assert report["peak_rss_bytes"] >= report["rss_bytes"] and report["ort_peak_rss_bytes"] >= report["ort_rss_bytes"]
-    # PSS counts a page several mappings share once: never above RSS (both above the same bare interpreter)
-    for side in ("", "ort_", "ort_active_"):
-        assert 0 < report[f"{side}pss_bytes"] <= report[f"{side}rss_bytes"] + 1_000_000
     assert set(report["scenarios"]) == {"full", "skip", "exit"}
     for row in report["scenarios"].values():
-        assert {"fps", "ort_fps", "ratio"} <= set(row)
+        assert {"fps", "ort_fps", "ratio", "ort_fps_threads", "ort_fps_two_frames", "ort_best"} <= set(row)
+        # the baseline is plain ONNX Runtime at the better of its two settings
+        assert row["ort_fps"] == max(row["ort_fps_threads"], row["ort_fps_two_frames"])
+    device = report["device_memory"]
+    plan = device["plan"]
+    assert plan["plan_bytes"] == plan["params_bytes"] + plan["tensors_bytes"] + plan["transition_bytes"] > 0
+    assert device["bound_bytes"] == int(1.1 * plan["plan_bytes"] + 13_000_000)
+    for name in ("sbrs_run", "python_api", "plain_ort", "plain_ort_trimmed", "plain_ort_active"):
+        row = device["summary"][name]
+        # above the same bare interpreter: a process that loaded models holds more; PSS never above RSS
+        assert 0 < row["pss_bytes"] <= row["rss_bytes"] + 1_000_000 and row["peak_rss_bytes"] >= row["rss_bytes"]
+    assert set(device["python_api"]["stages"]) == {"bare", "imported", "loaded", "ran"}
+    split = device["summary"]["where_it_goes_pss_bytes"]
+    assert split["weights_files"] > 0  # the build's weights are mapped from its files
     assert main(["bench", TINY, "--frames", "2", "--repeats", "1", "--granularity", "layer"]) == 0
-    assert "ratio" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "ratio" in out and "device memory of tiny" in out and "sbrs run (control socket)" in out
 
 
 def test_bench_switching_reports_caller_side_delays(capsys: pytest.CaptureFixture[str]) -> None:
@@ -41,7 +47,7 @@ def test_bench_switching_reports_caller_side_delays(capsys: pytest.CaptureFixtur
                                     if a != b}
     for row in [*report["pairs"].values(), report["overall"]]:
         for method in methods:
-            assert 0 < row[method]["mean_s"] <= row[method]["p95_s"] * 2
+            assert row[method]["mean_s"] > 0 and row[method]["p95_s"] > 0
         # the caller's clock starts before the request reaches the runtime and stops after the output left it
         for method in ("sbrs-tp", "sbrs-naive"):
             assert 0 < row[method]["internal_mean_s"] <= row[method]["mean_s"]

@@ -10,11 +10,10 @@ from stages import stage
 if __name__ == "__main__":
     app_path, frames = sys.argv[1], int(sys.argv[2])
     stage("bare")
+    import sbrs
 
     stage("imported")
-    from sbrs.artifact.read import load_build
-    from sbrs.runtime.open import runtime_of_build
-    runtime = runtime_of_build(load_build(app_path))
+    runtime = sbrs.runtime_for(app_path)
     stage("loaded", {"scenarios": list(runtime.scenarios)})
     (shape, dtype), = runtime.input_specs.values()
     frame = np.zeros(shape, dtype)
