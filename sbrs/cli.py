@@ -175,15 +175,18 @@ def _build_text(result: Any) -> str:
 
         lines.append(format_reduction(reduction))
         lines.append(f"the chosen band heights are saved in the plan ({result.plan_path})")
+    footprint = built["footprint"]
+    lines.append(f"plan of what the runtime holds: parameters as executed {_mb(footprint['params_bytes'])} + tensors "
+                 f"{_mb(footprint['tensors_bytes'])} (every tensor, those inside ONNX Runtime calls too) + transition "
+                 f"room {_mb(footprint['transition_bytes'])} = {_mb(footprint['plan_bytes'])} MB")
     parts = built["run_by_parts"]
     if parts is not None:
         cut = parts["transition_cut"]
         room = ("no room left for SBRS-TP transitions to overlap: switches happen at frame boundaries"
                 if cut is None else "room for an SBRS-TP transition to overlap an old frame's "
                 + ("last call" if cut >= 1 else f"calls from {cut:.0%} of the frame on"))
-        lines.append(f"the build runs by parts: parameters {_mb(parts['params_bytes'])} + arena "
-                     f"{_mb(parts['arena_bytes'])} = {_mb(parts['params_bytes'] + parts['arena_bytes'])} MB "
-                     f"(limit {_mb(report['memory_limit_bytes'])} MB; {room})")
+        lines.append(f"the build runs by parts within the limit of {_mb(report['memory_limit_bytes'])} MB: sbrs' "
+                     f"arena of line buffers {_mb(parts['arena_bytes'])} MB; {room}")
     return "\n".join(lines)
 
 

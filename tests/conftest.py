@@ -91,12 +91,18 @@ FORBIDDEN_FOR_UNITS = (*FORBIDDEN, "sbrs.model", "sbrs.compile.fit", "sbrs.compi
                        "sbrs.server.client")
 
 
-def modules_a_run_loads(app: Path, forbidden: tuple[str, ...] = FORBIDDEN) -> list[str]:
-    """Which of ``forbidden`` a fresh process running 3 frames of ``app``'s build (``--no-socket``) imports."""
+#: Modules a run with its control socket does not need either: asyncio (it imports ssl and OpenSSL's libraries).
+FORBIDDEN_WITH_SOCKET = ("asyncio", "ssl", "_ssl", "hashlib", "_hashlib", "numpy.random", "onnx", "yaml", "deap")
+
+
+def modules_a_run_loads(app: Path, forbidden: tuple[str, ...] = FORBIDDEN, socket_path: Path | None = None) -> list[str]:
+    """Which of ``forbidden`` a fresh process running 3 frames of ``app``'s build imports (``--no-socket``, or
+    with its control socket at ``socket_path``)."""
+    control = ["--socket", str(socket_path)] if socket_path is not None else ["--no-socket"]
     code = f"""
 import sys
 from sbrs.cli import main
-assert main(["run", {str(app)!r}, "--frames", "3", "--no-socket"]) == 0
+assert main(["run", {str(app)!r}, "--frames", "3", *{control!r}]) == 0
 print("LOADED", sorted(m for m in {forbidden!r} if m in sys.modules))
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300)

@@ -123,6 +123,8 @@ def build_app(app_path: str | Path, *, memory_limit_mb: float | None = None,
                            "params_bytes": parts["model_bytes"]["params_bytes"],
                            "arena_bytes": parts["arena_bytes"],
                            "transition_cut": parts["reduction"].get("transition_cut")},
+                       "footprint": manifest["footprint"],
                        "figures": "params, naive, Algorithm 8, arena and lower bound are planned from the "
-                                  "models; process RSS is measured only by `sbrs bench`"}
+                                  "models; the footprint is the plan of what the runtime holds (parameters as "
+                                  "executed, every tensor, transition room); `sbrs bench` measures the process"}
     return BuildResult(report, plan_file, folder, app, plan)

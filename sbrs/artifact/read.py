@@ -49,13 +49,14 @@ from sbrs.errors import InputError
 
 if TYPE_CHECKING:
     from sbrs.app.config import AppConfig
+    from sbrs.compile.footprint import Footprint
     from sbrs.compile.parts_plan import PartsPlan
     from sbrs.compile.transitions import TransitionPlan
     from sbrs.compile.units import UnitPlan
 
 logger = logging.getLogger(__name__)
 
-FORMAT = 5  # 5: processing by parts as one PartsPlan (``parts``), no unit plan in a build by parts
+FORMAT = 6  # 6: the plan's footprint (``footprint``); 5: processing by parts as one PartsPlan (``parts``)
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.bin"
 #: The file name ending of ONNX Runtime's optimised form of a model file of the build (``<stem>`` + this).
@@ -124,6 +125,7 @@ class LoadedBuild:
     parts: PartsPlan | None = None  # band calls instead of units (the app runs by parts)
     optimized_for: str | None = None  # the machine its ONNX Runtime-optimised files are for (None: none made)
     optimized_here: bool = False  # ... and it is this one: the runtime loads those
+    footprint: Footprint | None = None  # the plan as sbrs.compile.footprint defines it
 
     def model_path(self, name: str) -> str:
         """The file to load for the build's model file ``name`` (``u1.onnx``, ``c<key>.onnx``): its optimised
@@ -196,6 +198,7 @@ def verify_build(folder: Path, app_path: str | Path) -> dict[str, Any]:
 
 def load_build(app_path: str | Path, folder: Path | None = None) -> LoadedBuild:
     """The verified build of ``app_path`` (``build_dir`` by default)."""
+    from sbrs.compile.footprint import Footprint
     from sbrs.compile.transitions import TransitionPlan
     from sbrs.compile.units import UnitPlan
 
@@ -217,7 +220,8 @@ def load_build(app_path: str | Path, folder: Path | None = None) -> LoadedBuild:
             granularity=options["granularity"], transition=options["transition"],
             transition_arena=options["transition_arena"], memory_limit_bytes=manifest["memory_limit_bytes"],
             parts=parts,
-            optimized_for=manifest["optimized_for"], optimized_here=optimized_here(manifest))
+            optimized_for=manifest["optimized_for"], optimized_here=optimized_here(manifest),
+            footprint=Footprint.from_dict(manifest["footprint"]))
     except (KeyError, TypeError, ValueError, AttributeError):
         raise refuse(folder, app_path, f"{MANIFEST} lacks fields of a build (damaged)") from None
     why = limit_mismatch(build.config, build.memory_limit_bytes)

@@ -215,7 +215,7 @@ def measure_sbrs_run(app_path: Path, bare: Bare, weights: tuple[str, ...], frame
         socket_path = str(Path(folder) / "run.sock")
         process = subprocess.Popen([sys.executable, "-m", "sbrs.cli", "run", str(app_path), "--socket", socket_path],
                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                   text=True)
+                                   text=True, cwd=PROBES)
         try:
             status = _wait_for_status(process, socket_path)
             for scenario in status["scenarios"]:
@@ -267,17 +267,13 @@ def _wait_for_frames(process: subprocess.Popen[str], socket_path: str, scenario:
 
 
 def plan_figures(app_path: str | Path) -> dict[str, int]:
-    """The plan of the app's current build as ``sbrs.compile.footprint`` defines it (parameters as executed,
-    every tensor, transition room), in bytes."""
+    """The plan of the app's current build (``sbrs.compile.footprint``: parameters as executed, every tensor,
+    transition room), in bytes."""
     from sbrs.artifact.read import load_build
-    from sbrs.compile.footprint import parts_footprint, units_footprint
 
-    build = load_build(app_path)
-    if build.parts is not None:
-        return parts_footprint(build.parts).to_dict()
-    from sbrs.app import load_app
-
-    return units_footprint(load_app(app_path).models, build.plan).to_dict()
+    footprint = load_build(app_path).footprint
+    assert footprint is not None  # every build records it
+    return footprint.to_dict()
 
 
 def measure_device_memory(app_path: str | Path, *, frames: int = FRAMES) -> dict[str, Any]:

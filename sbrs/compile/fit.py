@@ -50,8 +50,12 @@ def app_parts(app: App, band_rows: Mapping[str, Mapping[str, int]], reduction: M
     reduction = dict(reduction or {})
     strategy = dict(strategy or {})
     limit = reduction.get("memory_limit_bytes")
+    chosen = reduction.get("chosen")
+    # the room for transitions is what the limit leaves above the plan of the configuration (its parameters and
+    # every tensor, Algorithm 10), so that the plan with the room stays within the limit (sbrs.compile.footprint)
+    room = None if limit is None or chosen is None else max(0, int(limit) - int(chosen["memory_bytes"]))
     plan = compile_parts(app.models, band_rows, app=app.name, memory_limit=None if limit is None else int(limit),
-                         **strategy)
+                         room_bytes=room, **strategy)
     record = {**reduction, **plan.reduction, "band_rows": {s: dict(b) for s, b in band_rows.items()},
               "cuts": {s: list(c) for s, c in strategy.get("cuts", {}).items()},
               "tiles": {s: [[list(g), b] for g, b in t] for s, t in strategy.get("tiles", {}).items()}}

@@ -64,12 +64,11 @@ def units_footprint(models: Mapping[str, CnnModel], plan: UnitPlan) -> Footprint
 def parts_footprint(plan: PartsPlan) -> Footprint:
     """The footprint of an app run by parts: the search's figures of the configuration it runs (``chosen``:
     Algorithm 10 on the folded models, the tensors inside each band call included) and the room the arena keeps
-    for transitions (none when ``transition_cut`` is None)."""
-    chosen = plan.reduction["chosen"]
-    params = int(chosen.get("params_bytes", plan.model_bytes["params_bytes"]))
-    room = 0
-    if plan.reduction.get("transition_cut") is not None:
-        minimum = plan.reduction.get("arena_without_room_bytes", plan.reduction.get("figures", {}).get(
-            "executor_arena_bytes", plan.arena_bytes))
-        room = max(0, int(plan.arena_bytes) - int(minimum))
-    return Footprint(params, int(chosen["memory_bytes"]) - params, room)
+    for transitions. Band heights given without a search have no figure for the tensors inside the calls: the
+    plan is then the executor's own arena (line buffers and call boundaries), as placed before the room."""
+    chosen = plan.reduction.get("chosen")
+    params = int(plan.model_bytes["params_bytes"])
+    without_room = int(plan.reduction.get("arena_without_room_bytes", plan.arena_bytes))
+    tensors = without_room if chosen is None else int(chosen["memory_bytes"]) - int(chosen["params_bytes"])
+    room = max(0, int(plan.arena_bytes) - without_room) if plan.reduction.get("transition_cut") is not None else 0
+    return Footprint(params, tensors, room)

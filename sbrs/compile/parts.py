@@ -453,7 +453,8 @@ Tiles = Mapping[str, Sequence[tuple[Sequence[str], int]]]
 
 def compile_parts(models: Mapping[str, CnnModel], band_rows: Mapping[str, Mapping[str, int]] | None = None, *,
                   app: str = MODELS_APP, alignment: int = 64, cuts: Mapping[str, Sequence[str]] | None = None,
-                  tiles: Tiles | None = None, memory_limit: int | None = None) -> PartsPlan:
+                  tiles: Tiles | None = None, memory_limit: int | None = None,
+                  room_bytes: int | None = None) -> PartsPlan:
     """Every scenario compiled by parts (missing: whole), their buffers placed in one arena, with the
     transition tables of every ordered pair: the one way a :class:`PartsPlan` is made (an app's, with
     ``sbrs.compile.fit``, or bare models', for ``Runtime.from_models``).
@@ -462,7 +463,9 @@ def compile_parts(models: Mapping[str, CnnModel], band_rows: Mapping[str, Mappin
     name the layers of the models as given or folded, and entries for a BatchNormalization or activation folded
     into its convolution are dropped. With ``memory_limit`` (bytes of parameters plus arena), the arena keeps
     room for SBRS-TP transitions where the limit leaves it (:func:`plan_transition_room`; the cut taken is
-    ``reduction["transition_cut"]``). ``model_bytes``: the folded models' parameter and naive buffer bytes
+    ``reduction["transition_cut"]``); ``room_bytes`` bounds that room instead (the bytes the arena may grow by,
+    so that the plan of ``sbrs.compile.footprint`` stays within the limit); ``reduction["arena_without_room_bytes"]``
+    is the arena without it. ``model_bytes``: the folded models' parameter and naive buffer bytes
     (thesis Eq. 2.6-2.7; what the calls hold).
     """
     from sbrs.compile.transitions import parts_transitions
@@ -495,9 +498,11 @@ def compile_parts(models: Mapping[str, CnnModel], band_rows: Mapping[str, Mappin
                      arena.strategy, model_bytes={"params_bytes": params,
                                                   "naive_bytes": sum(naive_buffer_bytes(m) for m in folded.values())},
                      problem=problem, arena=arena)
-    plan, cut = plan_transition_room(plan, None if memory_limit is None else memory_limit - params)
+    budget = (plan.arena_bytes + room_bytes if room_bytes is not None
+              else None if memory_limit is None else memory_limit - params)
+    plan, cut = plan_transition_room(plan, budget)
     return replace(plan, transitions=parts_transitions(plan.scenarios, plan.arena_bytes, app),
-                   reduction={"transition_cut": cut})
+                   reduction={"transition_cut": cut, "arena_without_room_bytes": arena.arena_bytes})
 
 
 #: Where a transition's new frame may start, as fractions of the old frame's calls, earliest first

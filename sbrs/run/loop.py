@@ -170,9 +170,13 @@ class RunSummary:
         limit = memory.get("limit_bytes")
         bound = "" if limit is None else (f" of a {limit / 1e6:.3f} MB limit" + ("" if memory.get("within_limit")
                                                                               else " (over the limit)"))
-        return (f"memory: parameters {memory['params_bytes'] / 1e6:.3f} MB + arena {memory['arena_bytes'] / 1e6:.3f} "
-                f"MB = {memory['total_bytes'] / 1e6:.3f} MB{bound} (execution by {memory.get('execution')}, "
-                f"transition {memory.get('transition')}; the arena holds {memory.get('arena_holds')})")
+        room = memory.get("plan_transition_bytes") or 0
+        return (f"plan: parameters {memory['params_bytes'] / 1e6:.3f} MB + tensors "
+                f"{memory['plan_tensors_bytes'] / 1e6:.3f} MB" + (f" + transition room {room / 1e6:.3f} MB"
+                                                                 if room >= 500 else "") +
+                f" = {memory['total_bytes'] / 1e6:.3f} MB{bound} (execution by {memory.get('execution')}, "
+                f"transition {memory.get('transition')}; sbrs' arena {memory['arena_bytes'] / 1e6:.3f} MB holds "
+                f"{memory.get('arena_holds')}; `sbrs bench` measures the process)")
 
 
 def run_frames(runtime: Runtime, frames: Iterable[np.ndarray], *, limit: int | None = None,
@@ -291,7 +295,7 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
     controller = PolicyController(config, runtime.switch, current=runtime.scenario, switch_source=True)
     measurements = Measurements(controller, memory)
     server = None
-    if not no_socket:  # asyncio only when a socket is served
+    if not no_socket:  # the socket server's module only when a socket is served
         from sbrs.server import Server
         from sbrs.server.protocol import ObservedRequestStats
 

@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from sbrs.app.app import App
     from sbrs.app.config import AppConfig
     from sbrs.artifact.read import LoadedBuild
+    from sbrs.compile.footprint import Footprint
     from sbrs.compile.parts import Tiles
     from sbrs.compile.parts_plan import PartsPlan
     from sbrs.compile.units import UnitPlan
@@ -103,7 +104,8 @@ class Program:
     slots a transition's new frame runs in (units under SBRS-TP). ``optimized``: the files are ONNX Runtime's
     optimised form for this machine. ``release``: hand freed memory back after each session (loading a build
     of units: ONNX Runtime frees its load-time copies when a session is ready, so the process's peak stays
-    near one unit's copies). A runtime keeps nothing of its program but the plan, tables and figures."""
+    near one unit's copies). ``footprint``: the plan of what the runtime holds (``sbrs.compile.footprint``). A
+    runtime keeps nothing of its program but the plan, tables and figures."""
 
     plan: UnitPlan | PartsPlan
     transitions: TransitionPlan
@@ -112,6 +114,7 @@ class Program:
     shadow: Mapping[str, int] | None = None
     optimized: bool = False
     release: bool = False
+    footprint: Footprint | None = None
 
 
 #: ``FrameResult._value`` before its first read.
@@ -233,6 +236,7 @@ class Runtime:
         self.plan: UnitPlan | PartsPlan = plan
         self.transitions: TransitionPlan = program.transitions
         self._model_bytes = dict(program.model_bytes)
+        self._footprint = program.footprint
         self._session_keys: tuple[str, ...] = (plan.call_keys if by_parts  # type: ignore[union-attr]
                                                else tuple(u.id for u in plan.units))  # type: ignore[union-attr]
         self._sessions: dict[str, ort.InferenceSession] = {}

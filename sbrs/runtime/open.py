@@ -134,8 +134,12 @@ def app_program(app: App, *, granularity: str | None, parts: PartsPlan | None, t
         from sbrs.compile.parts import call_models
 
         mode = _parts_mode(config, transition, transition_arena, transition_schedule)
+        from sbrs.compile.footprint import parts_footprint
+
         calls = call_models(app.models, parts)
-        return Program(parts, _tables(parts), parts.model_bytes, calls.__getitem__), mode
+        return Program(parts, _tables(parts), parts.model_bytes, calls.__getitem__,
+                       footprint=parts_footprint(parts)), mode
+    from sbrs.compile.footprint import units_footprint
     from sbrs.compile.layout import unit_model
     from sbrs.compile.transitions import build_transition_plan, plan_shadow
     from sbrs.compile.unit_plan import build_unit_plan
@@ -158,7 +162,7 @@ def app_program(app: App, *, granularity: str | None, parts: PartsPlan | None, t
     def model(unit_id: str) -> onnx.ModelProto:
         return unit_model(app.models, moc, units[unit_id], specs, app.name)
 
-    return Program(plan, transitions, model_bytes, model, shadow), mode
+    return Program(plan, transitions, model_bytes, model, shadow, footprint=units_footprint(app.models, plan)), mode
 
 
 def build_program(build: LoadedBuild, *, granularity: str | None, transition: str | None,
@@ -174,7 +178,7 @@ def build_program(build: LoadedBuild, *, granularity: str | None, transition: st
         parts = build.parts
         mode = _parts_mode(build.config, transition, transition_arena, transition_schedule)
         return Program(parts, _tables(parts), parts.model_bytes, lambda key: build.model_path(call_file(key)),
-                       optimized=build.optimized_here), mode
+                       optimized=build.optimized_here, footprint=build.footprint), mode
     plan, transitions = build.units()
     if transition in (None, build.transition):
         transition_arena = transition_arena or build.transition_arena  # e.g. shared, to keep a memory limit
@@ -184,7 +188,7 @@ def build_program(build: LoadedBuild, *, granularity: str | None, transition: st
                          f"{build.transition}, arena {build.transition_arena}; run `sbrs build` with the "
                          f"options wanted or load the app", field="build")
     return Program(plan, transitions, build.model_bytes, build.unit_path, build.shadow,
-                   optimized=build.optimized_here, release=True), mode
+                   optimized=build.optimized_here, release=True, footprint=build.footprint), mode
 
 
 def models_program(models: Mapping[str, CnnModel], band_rows: Mapping[str, Mapping[str, int]] | None, *,
@@ -192,13 +196,14 @@ def models_program(models: Mapping[str, CnnModel], band_rows: Mapping[str, Mappi
                    threads: int | None, transition: str) -> tuple[AppConfig, Program]:
     """The configuration and program of bare models run by parts (``Runtime.from_models``)."""
     from sbrs.compile.fit import models_config
+    from sbrs.compile.footprint import parts_footprint
     from sbrs.compile.parts import call_models, compile_parts
     from sbrs.runtime.engine import Program
 
     config = models_config(models, initial=initial, threads=threads, transition=transition)
     plan = compile_parts(models, band_rows, cuts=cuts, tiles=tiles)
     calls = call_models(models, plan)
-    return config, Program(plan, _tables(plan), plan.model_bytes, calls.__getitem__)
+    return config, Program(plan, _tables(plan), plan.model_bytes, calls.__getitem__, footprint=parts_footprint(plan))
 
 
 def _parts_mode(config: AppConfig, transition: str | None, transition_arena: str | None,

@@ -40,26 +40,34 @@ def facts(runtime: Runtime) -> dict[str, Any]:
 def memory_report(runtime: Runtime) -> dict[str, Any]:
     """What ``runtime`` holds, in bytes (DESIGN.md, "Interfaces"; thesis Eq. 2.5: m = m_par + m_buf).
 
-    ``params_bytes``: the unique parameter bytes of the scenarios it runs (Eq. 2.6; a tensor shared by
-    scenarios counts once; by parts, of the folded models the calls hold); ``arena_bytes``: the arena it
-    really allocated; ``total_bytes``: their sum; ``limit_bytes``: the app's ``memory_limit_mb`` (None without
-    one) and ``within_limit``. Planned figures carry ``planned`` in their names: ``planned_arena_bytes`` (the
-    arena the plan asked for), ``planned_lower_bound_bytes`` (its lower bound) and, by parts,
-    ``planned_reduction_arena_bytes`` (the search's Algorithm 10 figure). ``arena_holds`` says which tensors the
-    arena holds: tensors inside one ONNX Runtime call are ONNX Runtime's own memory, and so are its copies of
-    the weights (``sbrs bench`` measures the process). By parts also ``transition_cut`` (the fraction of an old
-    frame after which the arena keeps the new frame's buffers apart; None: no room under the limit,
-    ``sbrs.compile.parts.plan_transition_room``) and ``transition_overlap_pairs`` (ordered pairs whose new frame
-    may start before the old frame's last call; with none, every switch happens at the frame boundary, as
-    ``naive``). Each switch's ``SwitchRecord`` says what it did (``overlapped_steps``).
+    The plan, as ``sbrs.compile.footprint`` defines it everywhere (``sbrs build``, ``sbrs run``, ``sbrs bench``):
+    ``params_bytes``, the unique parameter bytes as ONNX Runtime executes them (Eq. 2.6; conv→BN→activation
+    folded; a tensor shared by scenarios counts once), ``plan_tensors_bytes``, the largest total of tensors any
+    scenario has live at once, every tensor counted (those inside ONNX Runtime calls too),
+    ``plan_transition_bytes``, the arena's room for switches, and ``total_bytes``, their sum, the plan;
+    ``limit_bytes``: the app's ``memory_limit_mb`` (None without one) and ``within_limit`` (the plan within it).
+    ``arena_bytes``: the arena sbrs really allocated (tensors between ONNX Runtime calls). Planned figures carry
+    ``planned`` in their names: ``planned_arena_bytes`` (the arena the plan asked for),
+    ``planned_lower_bound_bytes`` (its lower bound) and, by parts, ``planned_reduction_arena_bytes`` (the search's
+    Algorithm 10 figure). ``arena_holds`` says which tensors the arena holds: tensors inside one ONNX Runtime call
+    are ONNX Runtime's own memory, and so are its copies of the weights (``sbrs bench`` measures the process). By
+    parts also ``transition_cut`` (the fraction of an old frame after which the arena keeps the new frame's buffers
+    apart; None: no room under the limit, ``sbrs.compile.parts.plan_transition_room``) and
+    ``transition_overlap_pairs`` (ordered pairs whose new frame may start before the old frame's last call; with
+    none, every switch happens at the frame boundary, as ``naive``). Each switch's ``SwitchRecord`` says what it did
+    (``overlapped_steps``).
     """
+    from sbrs.compile.footprint import Footprint
+
     plan: Any = runtime.plan
-    params = int(runtime._model_bytes["params_bytes"])
     arena = int(runtime._arena.nbytes)
+    footprint = runtime._footprint or Footprint(int(runtime._model_bytes["params_bytes"]), arena, 0)
     limit = runtime.memory_limit_bytes
-    report: dict[str, Any] = {"execution": runtime.execution, "params_bytes": params, "arena_bytes": arena,
-                              "total_bytes": params + arena, "limit_bytes": limit,
-                              "within_limit": None if limit is None else params + arena <= limit}
+    report: dict[str, Any] = {"execution": runtime.execution, "params_bytes": footprint.params_bytes,
+                              "plan_tensors_bytes": footprint.tensors_bytes,
+                              "plan_transition_bytes": footprint.transition_bytes,
+                              "total_bytes": footprint.plan_bytes, "arena_bytes": arena, "limit_bytes": limit,
+                              "within_limit": None if limit is None else footprint.plan_bytes <= limit}
     if runtime.execution == "parts":
         report.update(planned_arena_bytes=plan.arena_bytes, planned_lower_bound_bytes=plan.lower_bound_bytes,
                       planned_reduction_arena_bytes=plan.reduction.get("figures", {}).get("arena_bytes"))

@@ -132,7 +132,7 @@ def send_request(target: Target, request: Mapping[str, Any], timeout: float = DE
 
 def resolve_target(args: argparse.Namespace) -> Target:
     """The server the CLI options name (module docstring)."""
-    from sbrs.server.server import default_socket_dir, default_socket_path, parse_host_port  # asyncio: not at parse
+    from sbrs.server.server import default_socket_dir, default_socket_path, parse_host_port  # not at parse
 
     if getattr(args, "connect", None):
         return parse_host_port(args.connect, "--connect")

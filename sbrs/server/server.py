@@ -1,18 +1,24 @@
 """The control socket server: JSON-lines requests (``sbrs.server.protocol``) on a Unix socket and loopback TCP.
 
-``Server(controller, socket_path, listen=...)`` runs an asyncio loop in a background thread; ``start()``
-returns once it listens, ``stop()`` closes every connection and removes the socket file; it is a context
-manager. Each client is served by its own coroutine, and the controller is called on a small worker-thread
-pool, so a client that sends half a line and stalls, or never reads its replies, holds up nobody but itself,
-and neither does a slow controller call. ``switch`` requests are the exception: they only post a switch
-request to the control node (a lock held for microseconds, never inference), so they run on the loop's own
-thread — the hop to a worker thread and back cost the tiny app ~0.4 ms of its reply time (0.82-1.09 →
-0.44-0.59 ms mean, ``benchmarks/socket_switching.py``), and the switch itself waited for it. At most
-``max_clients`` connections are served at once, and each is closed after ``idle_timeout_s`` without a byte
-(error reply ``idle_timeout``), so connections that never finish a line cannot hold the slots for long. Past
-``max_clients``, up to as many more connections may each send one ``status`` request within a second (what an
-operator needs to see what is going on) and get it answered; anything else there, and any further connection,
-gets ``too_many_clients`` and is closed.
+``Server(controller, socket_path, listen=...)`` serves every connection from one background thread with a
+``selectors`` loop over non-blocking sockets; ``start()`` returns once it listens, ``stop()`` closes every
+connection and removes the socket file; it is a context manager. Each connection keeps its own input and output
+buffers, so a client that sends half a line and stalls, or never reads its replies (the server stops reading
+from it while 64 KiB of its replies wait), holds up nobody but itself. ``switch`` and ``status`` are answered on
+the loop's thread: they take the controller's lock for microseconds and never wait for inference (a hop to a
+worker thread and back cost the tiny app ~0.4 ms of its reply time, ``benchmarks/socket_switching.py``).
+``env`` runs the policy and goes to a small worker pool, so a slow or stuck controller call holds up only its
+own connection, whose later requests wait for it (replies keep their order). No asyncio: it imports ``ssl``
+and OpenSSL's libraries, about 7 MB of resident memory a device would pay for a socket that carries a few
+requests a minute.
+
+At most ``max_clients`` connections are served at once, and each is closed after ``idle_timeout_s`` without a
+byte (error reply ``idle_timeout``), so connections that never finish a line cannot hold the slots for long.
+Past ``max_clients``, up to as many more connections may each send one ``status`` request within a second (what
+an operator needs to see what is going on) and get it answered; anything else there, and any further
+connection, gets ``too_many_clients`` and is closed. A connection ends gracefully: once its last reply is sent,
+the server shuts its side, reads what the client still sends until the client closes (or a few seconds pass),
+then closes, so a client never sees its unread replies cut off by a reset.
 
 The Unix socket is bound and chmod-ed to 0600 before ``listen()``, so no other user can ever connect. An
 existing path is replaced only when it is a socket nobody listens on (stale); a live socket or any other
@@ -23,14 +29,17 @@ loopback addresses only (``localhost``, ``127.x.y.z``, ``::1``): the socket has 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ipaddress
 import os
+import selectors
 import socket
 import stat
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -40,6 +49,7 @@ from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.server.protocol import (
     MAX_LINE_BYTES,
     LineSplitter,
+    Request,
     RequestStats,
     decode_message,
     encode_reply,
@@ -51,12 +61,13 @@ from sbrs.server.protocol import (
 
 MAX_UNIX_PATH_BYTES = 107
 READ_CHUNK = MAX_LINE_BYTES
-START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 5.0
 REFUSE_WAIT_S = 1.0
 IDLE_TIMEOUT_S = 60.0
 """A connection that sends nothing for this long gets an ``idle_timeout`` reply and is closed."""
+HIGH_WATER_BYTES = 64 * 1024
+"""A connection's replies waiting to be sent beyond which the server stops reading its requests."""
 
 
 def default_socket_dir() -> Path:
@@ -167,25 +178,19 @@ class Server:
     """The control socket server (module docstring)."""
 
     def __init__(self, controller: Controller, socket_path: str | os.PathLike[str] | None = None, *,
-                 listen: str | None = None, app_name: str = "sbrs", max_clients: int = 64, workers: int = 4,
+                 listen: str | None = None, app_name: str = "sbrs", max_clients: int = 64, workers: int = 2,
                  stats: RequestStats | None = None, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
         self.controller = controller
         self.stats = stats or RequestStats()
         self.max_clients = max_clients
         self.idle_timeout_s = idle_timeout_s
-        self._extra = 0  # connections past max_clients waiting (briefly) for a status request
         self._default_path = socket_path is None
         self.socket_path: Path = Path(socket_path) if socket_path is not None else default_socket_path(app_name)
         self._listen = parse_listen(listen) if listen is not None else None
         self.tcp_address: tuple[str, int] | None = None
         self._workers = workers
         self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
-        self._executor: ThreadPoolExecutor | None = None
-        self._connections: set[asyncio.Task[Any]] = set()
-        self._served = 0
-        self._writers: set[asyncio.StreamWriter] = set()
+        self._loop: _Loop | None = None
         self._socket_inode: int | None = None
 
     def __enter__(self) -> Server:
@@ -205,38 +210,29 @@ class Server:
             raise SbrsRuntimeError("the control server is already started")
         if self._default_path:
             ensure_private_dir(self.socket_path.parent)
-        sockets = [bind_unix_socket(self.socket_path)]
+        listeners = [bind_unix_socket(self.socket_path)]
         self._socket_inode = os.stat(self.socket_path).st_ino
         try:
             if self._listen is not None:
-                sockets.append(bind_tcp_socket(*self._listen))
-                self.tcp_address = sockets[-1].getsockname()[:2]
+                listeners.append(bind_tcp_socket(*self._listen))
+                self.tcp_address = listeners[-1].getsockname()[:2]
+            self._loop = _Loop(self, listeners)
         except BaseException:
-            for sock in sockets:
+            for sock in listeners:
                 sock.close()
             self._remove_socket_file()
             raise
-        self._executor = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="sbrs-control")
-        ready = threading.Event()
-        failure: list[BaseException] = []
-        self._thread = threading.Thread(target=self._run, args=(sockets, ready, failure), name="sbrs-server",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._loop.run, name="sbrs-server", daemon=True)
         self._thread.start()
-        if not ready.wait(START_TIMEOUT_S) or failure:
-            self.stop()
-            raise SbrsRuntimeError(f"the control server did not start: {failure[0] if failure else 'timed out'}")
         return self
 
     def stop(self) -> None:
         """Close every connection, stop the thread, remove the socket file. Safe to call twice."""
-        thread, loop, stopping = self._thread, self._loop, self._stopping
-        if thread is not None and loop is not None and stopping is not None:
-            with contextlib.suppress(RuntimeError):  # the loop already ended
-                loop.call_soon_threadsafe(stopping.set)
-            thread.join(STOP_TIMEOUT_S)
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-        self._thread = self._loop = self._stopping = self._executor = None
+        if self._loop is not None:
+            self._loop.stop()
+        if self._thread is not None:
+            self._thread.join(STOP_TIMEOUT_S)
+        self._thread = self._loop = None
         self._remove_socket_file()
 
     def _remove_socket_file(self) -> None:
@@ -246,143 +242,9 @@ class Server:
                 self.socket_path.unlink()
         self._socket_inode = None
 
-    def _run(self, sockets: list[socket.socket], ready: threading.Event, failure: list[BaseException]) -> None:
-        """The server thread: ``asyncio.run`` cancels whatever is left when ``_serve`` returns."""
-        try:
-            asyncio.run(self._serve(sockets, ready))
-        except BaseException as exc:  # reported to start() when it happens before ready
-            failure.append(exc)
-            ready.set()
-        finally:
-            for sock in sockets:
-                sock.close()
-
-    async def _serve(self, sockets: list[socket.socket], ready: threading.Event) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stopping = asyncio.Event()
-        servers = [await asyncio.start_unix_server(self._client, sock=sockets[0])]
-        servers += [await asyncio.start_server(self._client, sock=sock) for sock in sockets[1:]]
-        ready.set()
-        await self._stopping.wait()
-        await self._shut_down(servers, sockets)
-
-    async def _shut_down(self, servers: list[asyncio.AbstractServer], sockets: list[socket.socket]) -> None:
-        """Stop accepting, let connections being accepted finish (``_client`` returns at once now), cut off the
-        others. Closing an asyncio server while an accepted connection is still being set up leaks that socket
-        (Python 3.11), hence the order: stop reading the listening sockets, drain the accepts, then close."""
-        loop = asyncio.get_running_loop()
-        for sock in sockets:
-            loop.remove_reader(sock.fileno())
-        current = asyncio.current_task()
-        while others := [task for task in asyncio.all_tasks() if task is not current]:
-            for writer in list(self._writers):
-                writer.transport.abort()
-            for task in others:
-                if task in self._connections:  # never cancel a task before it starts: it could not close
-                    task.cancel()
-            _, pending = await asyncio.wait(others, timeout=STOP_TIMEOUT_S / 2)
-            for task in pending:
-                task.cancel()
-        for server in servers:
-            server.close()
-        for _ in range(3):
-            await asyncio.sleep(0)  # aborted transports close their sockets in callbacks: let them run
-
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Serve one connection until it ends; never raises."""
-        task = asyncio.current_task()
-        if task is not None:
-            self._connections.add(task)
-        self._writers.add(writer)
-        try:
-            if self._stopping is None or self._stopping.is_set():
-                return  # the finally clause closes the connection
-            if self._served >= self.max_clients:
-                if self._extra >= self.max_clients:
-                    await self._refuse(reader, writer)
-                    return
-                self._extra += 1
-                try:
-                    await self._status_only(reader, writer)
-                finally:
-                    self._extra -= 1
-                return
-            self._served += 1
-            try:
-                await self._converse(reader, writer)
-                writer.close()  # flushes the last replies; a client that does not read them is cut off
-                await asyncio.wait_for(writer.wait_closed(), CLOSE_TIMEOUT_S)
-            finally:
-                self._served -= 1
-        except (OSError, asyncio.TimeoutError, asyncio.CancelledError):
-            pass
-        finally:
-            self._connections.discard(task)  # type: ignore[arg-type]
-            self._writers.discard(writer)
-            if not writer.transport.is_closing() or writer.transport.get_write_buffer_size():
-                writer.transport.abort()
-
-    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Answer ``too_many_clients`` and close; the client's first request is read (briefly) so that closing
-        with unread input does not reset the connection before the client has read the reply."""
-        reply = error_reply(RequestError("too_many_clients", f"more than {self.max_clients} clients; try later"))
-        self.stats.count(reply)
-        try:
-            writer.write(encode_reply(reply))
-            await asyncio.wait_for(reader.read(READ_CHUNK), REFUSE_WAIT_S)
-            writer.close()
-            await asyncio.wait_for(writer.wait_closed(), REFUSE_WAIT_S)
-        except (OSError, asyncio.TimeoutError):
-            pass
-
-    async def _status_only(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """The connection past ``max_clients``: one ``status`` request is answered, anything else refused."""
-        try:
-            line = await asyncio.wait_for(reader.readline(), REFUSE_WAIT_S)
-        except (OSError, ValueError, asyncio.TimeoutError):  # ValueError: a line beyond the stream's limit
-            line = b""
-        try:
-            message = decode_message(line.rstrip(b"\n")) if line.strip() else {}
-        except RequestError:
-            message = {}
-        if message.get("op") == "status" and set(message) <= {"op", "id"}:
-            reply = await self._reply(line.rstrip(b"\n"))
-        else:
-            reply = error_reply(RequestError("too_many_clients", f"more than {self.max_clients} clients; only a "
-                                             "status request is answered now; try later"))
-        self.stats.count(reply)
-        try:
-            writer.write(encode_reply(reply))
-            writer.close()
-            await asyncio.wait_for(writer.wait_closed(), REFUSE_WAIT_S)
-        except (OSError, asyncio.TimeoutError):
-            pass
-
-    async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Read lines and answer each in order until the client closes its side or stays idle too long."""
-        splitter = LineSplitter()
-        while True:
-            try:
-                data = await asyncio.wait_for(reader.read(READ_CHUNK), self.idle_timeout_s)
-            except asyncio.TimeoutError:
-                reply = error_reply(RequestError("idle_timeout", f"nothing received for {self.idle_timeout_s:g} s;"
-                                                 " connection closed"))
-                self.stats.count(reply)
-                writer.write(encode_reply(reply))
-                return
-            lines = splitter.feed(data) if data else [splitter.finish()]
-            for line in lines:
-                if line is None and not data:
-                    continue
-                reply = await self._reply(line)
-                self.stats.count(reply)
-                writer.write(encode_reply(reply))
-                await writer.drain()  # a client that does not read blocks only itself, here
-            if not data:
-                return
-
-    async def _reply(self, line: bytes | None) -> dict[str, Any]:
-        """The reply to one line (None: a line that was too long)."""
+    def reply_now(self, line: bytes | None) -> tuple[dict[str, Any] | None, Request | None]:
+        """The reply to one line (None: a line that was too long) when it can be given on the loop's thread, or
+        the parsed ``env`` request that must go to a worker."""
         message: dict[str, Any] = {}
         try:
             if line is None:
@@ -391,12 +253,258 @@ class Server:
             message = decode_message(line)
             request = parse_request(message, tuple(self.controller.scenarios))
         except RequestError as exc:
-            return error_reply(exc, *reply_context(message))
-        loop = asyncio.get_running_loop()
+            return error_reply(exc, *reply_context(message)), None
+        if request.op == "env":
+            return None, request
+        return self.execute(request), None
+
+    def execute(self, request: Request) -> dict[str, Any]:
+        """Carry out a valid request; a controller bug becomes an ``internal`` error reply, never a dead server."""
         try:
-            if request.op == "switch":  # posts an SSR and returns (never waits for inference): no thread hop
-                return execute(request, self.controller, self.stats)
-            return await loop.run_in_executor(self._executor, execute, request, self.controller, self.stats)
-        except Exception as exc:  # a controller bug must not take the server down
+            return execute(request, self.controller, self.stats)
+        except Exception as exc:
             text = " ".join(str(exc).split())[:200]
             return error_reply(RequestError("internal", f"{type(exc).__name__}: {text}"), request.op, request.id)
+
+
+@dataclass(eq=False)
+class _Client:
+    """One connection's state. ``mode``: ``served``; ``status_only`` (past ``max_clients``: one status request
+    within ``REFUSE_WAIT_S``); ``closing`` (the last reply is queued: send it, shut our side, read until the
+    client closes or ``deadline``)."""
+
+    sock: socket.socket
+    mode: str
+    deadline: float
+    splitter: LineSplitter = field(default_factory=LineSplitter)
+    lines: deque[bytes | None] = field(default_factory=deque)
+    out: bytearray = field(default_factory=bytearray)
+    busy: bool = False  # an env request of this connection is on a worker
+    ended: bool = False  # the client closed its side
+    shut: bool = False  # our side is shut (closing, everything sent)
+    mask: int = 0
+
+
+class _Loop:
+    """The server thread's ``selectors`` loop: accepts, reads, answers, writes, expires (module docstring)."""
+
+    def __init__(self, server: Server, listeners: list[socket.socket]) -> None:
+        self.server = server
+        self.listeners = listeners
+        self.selector = selectors.DefaultSelector()
+        self.wake_reader, self.wake_writer = socket.socketpair()
+        self.wake_reader.setblocking(False)
+        self.wake_writer.setblocking(False)
+        self.clients: set[_Client] = set()
+        self.finished: deque[tuple[_Client, dict[str, Any]]] = deque()  # env replies from the workers
+        self.executor: ThreadPoolExecutor | None = None
+        self.stopping = False
+        for sock in listeners:
+            self.selector.register(sock, selectors.EVENT_READ, None)
+        self.selector.register(self.wake_reader, selectors.EVENT_READ, self.wake_reader)
+
+    def stop(self) -> None:
+        """From any thread: end the loop (it closes everything on its way out)."""
+        self.stopping = True
+        self.wake()
+
+    def wake(self) -> None:
+        with contextlib.suppress(OSError):  # full (a wake-up is pending anyway) or closed (the loop ended)
+            self.wake_writer.send(b"\0")
+
+    def run(self) -> None:
+        try:
+            while not self.stopping:
+                events = self.selector.select(self.timeout())
+                for key, mask in events:
+                    if key.data is None:
+                        self.accept(key.fileobj)  # type: ignore[arg-type]
+                    elif key.data is self.wake_reader:
+                        with contextlib.suppress(OSError):
+                            self.wake_reader.recv(4096)
+                    else:
+                        self.serve(key.data, mask)
+                while self.finished:
+                    client, reply = self.finished.popleft()
+                    if client in self.clients:
+                        client.busy = False
+                        self.answer(client, reply)
+                        self.advance(client)
+                self.expire()
+        finally:
+            self.close()
+
+    def timeout(self) -> float | None:
+        deadlines = [client.deadline for client in self.clients if not client.busy]
+        return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+
+    def accept(self, listener: socket.socket) -> None:
+        served = sum(client.mode == "served" for client in self.clients)
+        extra = sum(client.mode == "status_only" for client in self.clients)
+        for _ in range(64):  # a burst of connections is taken in turns with the other sockets
+            try:
+                sock, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # e.g. out of file descriptors: the connection stays in the backlog
+                return
+            sock.setblocking(False)
+            now = time.monotonic()
+            if served < self.server.max_clients:
+                client, served = _Client(sock, "served", now + self.server.idle_timeout_s), served + 1
+            elif extra < self.server.max_clients:
+                client, extra = _Client(sock, "status_only", now + REFUSE_WAIT_S), extra + 1
+            else:
+                client = _Client(sock, "closing", now + REFUSE_WAIT_S)
+                refusal = RequestError("too_many_clients", f"more than {self.server.max_clients} clients; try later")
+                self.answer(client, error_reply(refusal))
+            self.clients.add(client)
+            self.advance(client)
+
+    def serve(self, client: _Client, mask: int) -> None:
+        if mask & selectors.EVENT_READ:
+            self.read(client)
+        if client in self.clients and mask & selectors.EVENT_WRITE:
+            self.write(client)
+        if client in self.clients:
+            self.advance(client)
+
+    def read(self, client: _Client) -> None:
+        try:
+            data = client.sock.recv(READ_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self.drop(client)
+            return
+        if client.mode == "closing":  # read only to see the client close; what it still sends is ignored
+            client.ended = not data
+            return
+        if data:
+            client.lines.extend(client.splitter.feed(data))
+            if client.mode == "served":
+                client.deadline = time.monotonic() + self.server.idle_timeout_s
+        else:
+            client.ended = True
+            last = client.splitter.finish()
+            if last is not None:
+                client.lines.append(last)
+
+    def write(self, client: _Client) -> None:
+        try:
+            sent = client.sock.send(client.out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:  # the client went away
+            self.drop(client)
+            return
+        del client.out[:sent]
+
+    def answer(self, client: _Client, reply: dict[str, Any]) -> None:
+        self.server.stats.count(reply)
+        client.out += encode_reply(reply)
+
+    def advance(self, client: _Client) -> None:
+        """Answer what can be answered, send what is waiting, close what is done, and set what to wait for."""
+        if client.mode == "served":
+            self.answer_lines(client)
+            if client.ended and not client.lines and not client.busy:
+                self.finish(client, CLOSE_TIMEOUT_S)
+        elif client.mode == "status_only" and (client.lines or client.ended):
+            self.answer_status_only(client)
+        if client.out:
+            self.write(client)
+            if client not in self.clients:
+                return
+        if client.mode == "closing" and not client.out:
+            if client.ended:
+                self.drop(client)
+                return
+            if not client.shut:
+                with contextlib.suppress(OSError):
+                    client.sock.shutdown(socket.SHUT_WR)
+                client.shut = True
+        wants_input = (not client.ended and not client.busy and not client.lines
+                       and len(client.out) < HIGH_WATER_BYTES)
+        mask = (selectors.EVENT_READ if wants_input else 0) | (selectors.EVENT_WRITE if client.out else 0)
+        if mask != client.mask:
+            if client.mask == 0:
+                self.selector.register(client.sock, mask, client)
+            elif mask == 0:
+                self.selector.unregister(client.sock)
+            else:
+                self.selector.modify(client.sock, mask, client)
+            client.mask = mask
+
+    def answer_lines(self, client: _Client) -> None:
+        while client.lines and not client.busy and len(client.out) < HIGH_WATER_BYTES:
+            reply, request = self.server.reply_now(client.lines.popleft())
+            if reply is not None:
+                self.answer(client, reply)
+                continue
+            assert request is not None
+            client.busy = True
+            self.submit(client, request)
+        if not client.lines and not client.busy:
+            client.deadline = time.monotonic() + self.server.idle_timeout_s
+
+    def answer_status_only(self, client: _Client) -> None:
+        line = client.lines[0] if client.lines else None
+        try:
+            message = decode_message(line) if line is not None and line.strip() else {}
+        except RequestError:
+            message = {}
+        if message.get("op") == "status" and set(message) <= {"op", "id"}:
+            reply, _ = self.server.reply_now(line)
+            assert reply is not None
+        else:
+            reply = error_reply(RequestError("too_many_clients", f"more than {self.server.max_clients} clients; "
+                                             "only a status request is answered now; try later"))
+        client.lines.clear()
+        self.answer(client, reply)
+        self.finish(client, REFUSE_WAIT_S)
+
+    def finish(self, client: _Client, wait_s: float) -> None:
+        client.mode, client.deadline = "closing", time.monotonic() + wait_s
+
+    def submit(self, client: _Client, request: Request) -> None:
+        if self.executor is None:
+            self.executor = ThreadPoolExecutor(max_workers=self.server._workers, thread_name_prefix="sbrs-control")
+
+        def done(future: Future[dict[str, Any]]) -> None:
+            if not future.cancelled():
+                self.finished.append((client, future.result()))
+                self.wake()
+
+        self.executor.submit(self.server.execute, request).add_done_callback(done)
+
+    def expire(self) -> None:
+        now = time.monotonic()
+        for client in [client for client in self.clients if not client.busy and client.deadline <= now]:
+            if client.mode == "served":
+                self.answer(client, error_reply(RequestError(
+                    "idle_timeout", f"nothing received for {self.server.idle_timeout_s:g} s; connection closed")))
+                client.lines.clear()
+                self.finish(client, CLOSE_TIMEOUT_S)
+                self.advance(client)
+            elif client.mode == "status_only":
+                client.ended = True
+                self.advance(client)
+            else:  # closing: the client neither read its replies nor closed in time
+                self.drop(client)
+
+    def drop(self, client: _Client) -> None:
+        self.clients.discard(client)
+        if client.mask:
+            self.selector.unregister(client.sock)
+        client.mask = 0
+        client.sock.close()
+
+    def close(self) -> None:
+        for client in list(self.clients):
+            self.drop(client)
+        if self.executor is not None:
+            self.executor.shutdown(wait=False, cancel_futures=True)
+        for sock in (*self.listeners, self.wake_reader, self.wake_writer):
+            sock.close()
+        self.selector.close()

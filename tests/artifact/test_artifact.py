@@ -30,7 +30,7 @@ from sbrs.ort_env import machine_key, session_options
 from sbrs.runtime import runtime_for
 from sbrs.runtime.engine import Runtime
 from sbrs.runtime.open import open_runtime
-from tests.conftest import FORBIDDEN_FOR_UNITS, modules_a_run_loads
+from tests.conftest import FORBIDDEN_FOR_UNITS, FORBIDDEN_WITH_SOCKET, modules_a_run_loads
 
 APPS = Path(__file__).resolve().parents[2] / "apps"
 
@@ -177,6 +177,11 @@ def test_touching_an_input_without_changing_it_keeps_the_build(tiny: Path) -> No
 
 def test_running_a_build_imports_only_what_it_needs(tiny: Path) -> None:
     assert modules_a_run_loads(tiny, FORBIDDEN_FOR_UNITS) == []
+
+
+def test_the_control_socket_costs_no_event_loop(tiny: Path, tmp_path: Path) -> None:
+    """The socket server is a ``selectors`` loop: no asyncio, whose ssl import maps OpenSSL (~7 MB resident)."""
+    assert modules_a_run_loads(tiny, FORBIDDEN_WITH_SOCKET, socket_path=tmp_path / "run.sock") == []
 
 
 def test_a_changed_model_file_makes_the_build_stale(tmp_path: Path) -> None:

@@ -220,13 +220,18 @@ def test_a_replaced_cache_entry_is_made_again(tmp_path: Path, monkeypatch: pytes
 
 
 def test_bench_probe_ignores_a_local_sbrs_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Row 13: ``sbrs bench`` run from a folder holding a directory named ``sbrs``."""
-    from sbrs.bench.bench import _child
+    """Row 13: ``sbrs bench`` run from a folder holding a directory named ``sbrs``: the processes it measures
+    (``sbrs run`` and the Python API probe) import the installed sbrs, not the folder."""
+    from sbrs.bench.bench import current_build
+    from sbrs.bench.device_memory import measure_device_memory
 
+    current_build(str(TINY))
     (tmp_path / "sbrs").mkdir()
     (tmp_path / "sbrs" / "__init__.py").write_text("raise ImportError('the wrong sbrs')\n")
     monkeypatch.chdir(tmp_path)
-    assert _child("idle", {})["rss"] > 0
+    report = measure_device_memory(TINY, frames=1)
+    assert report["sbrs_run"]["stages"]["ran"]["rss_bytes"] > 0
+    assert "ran" in report["python_api"]["stages"]
 
 
 def _start_run(tmp_path: Path) -> subprocess.Popen[str]:
