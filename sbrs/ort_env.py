@@ -67,8 +67,10 @@ class Threads:
         return self.count
 
 
-def use_threads(threads: int | None, scope: str = "session") -> Threads:
-    """The threads of a runtime: ``threads`` intra-op threads (default: every core) in ``scope``.
+def use_threads(threads: int | None, scope: str = "session", tensors_bytes: int | None = None) -> Threads:
+    """The threads of a runtime: ``threads`` intra-op threads (default: every core) in ``scope``; its sessions
+    share one CPU arena whose first region is sized from ``tensors_bytes``, the plan's tensors
+    (:func:`_share_cpu_allocator`).
 
     ``process`` creates ONNX Runtime's global thread pool with ``threads`` once; if it already exists it is used
     as it is (a ``RuntimeWarning`` when ``threads`` was set explicitly). ONNX Runtime decides at the first
@@ -80,7 +82,7 @@ def use_threads(threads: int | None, scope: str = "session") -> Threads:
                          field="runtime.threads_scope")
     count = threads or os.cpu_count() or 1
     if scope == "session":
-        _share_cpu_allocator()
+        _share_cpu_allocator(tensors_bytes)
         return Threads(count, scope)
     try:
         ort.set_global_thread_pool_sizes(count, 1)
@@ -94,11 +96,16 @@ def use_threads(threads: int | None, scope: str = "session") -> Threads:
     log.warning("runtime.threads_scope: process: ONNX Runtime's global thread pool (%d threads) now serves every "
                 "later session of this process; ONNX Runtime will refuse sessions created with threads of their own "
                 "(its default: 'use_per_session_threads must be false when using a global thread pool')", count)
-    _share_cpu_allocator()
+    _share_cpu_allocator(tensors_bytes)
     return Threads(count, scope, created=True)
 
 
-def _share_cpu_allocator() -> None:
+#: The first region of the shared CPU arena, as a multiple of the plan's tensors (``_share_cpu_allocator``).
+ARENA_FIRST_REGION_FACTOR = 2
+ARENA_REGION_ROUNDING = 1 << 20
+
+
+def _share_cpu_allocator(tensors_bytes: int | None = None) -> None:
     """One CPU memory arena for every sbrs session, registered with ONNX Runtime's environment.
 
     By default each ONNX Runtime session keeps its own arena for the tensors inside it, sized by its own
@@ -107,9 +114,20 @@ def _share_cpu_allocator() -> None:
     not ask for it (the application's own) are not affected (a second runtime registers it again, which ONNX
     Runtime accepts). Measured on the drone app (24 units): 209 → 159 MB
     resident, multi-cnn 273 → 229 MB; no throughput change beyond noise.
+
+    The arena's first region is ``ARENA_FIRST_REGION_FACTOR`` times the plan's tensors (every tensor any scenario
+    has live at once, ``sbrs.compile.footprint``), rounded up to a MiB; ONNX Runtime's default starts at 1 MiB
+    and doubles each new region, so a unit's tensors end up spread over regions of 1, 2, 4, 8 MiB whose touched
+    pages stay resident. One region large enough holds them together; it is reserved address space, resident only
+    where touched. Measured on MobileNetV2 1.0@224 (6.02 MB of tensors): 11.0 → 7.8 MB of heap after running,
+    3.2 MB less device memory, no change in speed beyond noise.
     """
+    first_region = -1
+    if tensors_bytes:
+        wanted = ARENA_FIRST_REGION_FACTOR * int(tensors_bytes)
+        first_region = -(-wanted // ARENA_REGION_ROUNDING) * ARENA_REGION_ROUNDING
     memory = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
-    ort.create_and_register_allocator(memory, ort.OrtArenaCfg(0, -1, -1, -1))
+    ort.create_and_register_allocator(memory, ort.OrtArenaCfg(0, -1, first_region, -1))
 
 
 def session_options(threads: int = 1, scope: str = "session") -> ort.SessionOptions:

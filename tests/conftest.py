@@ -92,7 +92,8 @@ FORBIDDEN_FOR_UNITS = (*FORBIDDEN, "sbrs.model", "sbrs.compile.fit", "sbrs.compi
 
 
 #: Modules a run with its control socket does not need either: asyncio (it imports ssl and OpenSSL's libraries).
-FORBIDDEN_WITH_SOCKET = ("asyncio", "ssl", "_ssl", "hashlib", "_hashlib", "numpy.random", "onnx", "yaml", "deap")
+FORBIDDEN_WITH_SOCKET = ("asyncio", "ssl", "_ssl", "hashlib", "_hashlib", "numpy.random", "numpy.ma", "onnx", "yaml",
+                         "deap", "concurrent.futures")
 
 
 def modules_a_run_loads(app: Path, forbidden: tuple[str, ...] = FORBIDDEN, socket_path: Path | None = None) -> list[str]:

@@ -58,7 +58,8 @@ def synthetic_frames(spec: InputSpec, seed: int) -> Iterator[np.ndarray]:
     """Endless seeded pseudo-random frames of ``spec``: floats uniform with mean 0 and variance 1, integers
     uniform in 0..255; the same seed gives the same frames.
 
-    The values come from a table of ``SYNTHETIC_TABLE`` hashed values (``_mix32``, seeded), each frame a copy
+    The values come from a table of hashed values (``_mix32``, seeded; ``SYNTHETIC_TABLE`` of them, or as many as
+    the smallest power of two from 256 that holds a frame when that is fewer), each frame a copy
     of the table read from its own offset (a hash of the seed and the frame's number), so consecutive frames
     differ everywhere while a frame allocates only itself. Not ``numpy.random``: importing it costs a serving
     process about 6.7 MB of resident memory (PSS above a bare interpreter, measured), which the device memory
@@ -67,7 +68,8 @@ def synthetic_frames(spec: InputSpec, seed: int) -> Iterator[np.ndarray]:
     """
     dtype = np.dtype(spec.dtype)
     count = int(np.prod(spec.shape, dtype=np.int64))
-    hashed = np.arange(SYNTHETIC_TABLE, dtype=np.uint32) ^ np.uint32((seed * 0x9E3779B9) % 2**32)
+    size = min(SYNTHETIC_TABLE, max(256, 1 << max(count - 1, 1).bit_length()))
+    hashed = np.arange(size, dtype=np.uint32) ^ np.uint32((seed * 0x9E3779B9) % 2**32)
     _mix32(hashed)
     unit = (hashed >> np.uint32(8)).astype(np.float64) / 2**24  # uniform in [0, 1)
     values = ((unit - 0.5) * np.sqrt(12.0)) if np.issubdtype(dtype, np.floating) else np.floor(unit * 256)
@@ -77,11 +79,11 @@ def synthetic_frames(spec: InputSpec, seed: int) -> Iterator[np.ndarray]:
     while True:
         key = np.array([(seed * 0x85EBCA6B + frame_number * 0x9E3779B9) % 2**32], dtype=np.uint32)
         _mix32(key)
-        offset = int(key[0]) % SYNTHETIC_TABLE
+        offset = int(key[0]) % size
         frame = np.empty(spec.shape, dtype=dtype)
         flat = frame.reshape(-1)
-        for start in range(0, count, SYNTHETIC_TABLE):
-            length = min(SYNTHETIC_TABLE, count - start)
+        for start in range(0, count, size):
+            length = min(size, count - start)
             flat[start:start + length] = table[offset:offset + length]
         yield frame
         frame_number += 1

@@ -232,9 +232,19 @@ class Measurements:
 
     def flush(self) -> None:
         for scenario, window in self._latencies.items():
-            median = float(np.median(window)) if window else 0.0
+            median = _median(window)
             if median > 0:
                 self._controller.update_measurements(scenario, {"fps": 1.0 / median})
+
+
+def _median(values: list[float]) -> float:
+    """The median (0.0 for none), without ``np.median``, which imports ``numpy.ma`` (and ``statistics``, which
+    imports ``random`` and ``decimal``): a serving process pays for every module it imports."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if not ordered:
+        return 0.0
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -219,7 +219,8 @@ class Runtime:
                              "copies)", field="runtime.providers")
         if program.shadow is not None and self.device != "cpu":
             raise SbrsRuntimeError("transition arena 'shadow' needs the CPU arena (device arenas: use 'shared')")
-        self.thread_pool: Threads = use_threads(config.runtime.threads, config.runtime.threads_scope)
+        self.thread_pool: Threads = use_threads(config.runtime.threads, config.runtime.threads_scope,
+                                                None if program.footprint is None else program.footprint.tensors_bytes)
         self.memory_limit_bytes: int | None = (None if config.memory_limit_mb is None
                                                else int(config.memory_limit_mb * 1e6))
         if by_parts and self.memory_limit_bytes is None:  # a build made with `--memory-limit`

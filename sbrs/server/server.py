@@ -38,11 +38,10 @@ import stat
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sbrs.control.controller import Controller, RequestError
 from sbrs.errors import InputError, SbrsRuntimeError
@@ -58,6 +57,9 @@ from sbrs.server.protocol import (
     parse_request,
     reply_context,
 )
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 MAX_UNIX_PATH_BYTES = 107
 READ_CHUNK = MAX_LINE_BYTES
@@ -468,7 +470,9 @@ class _Loop:
         client.mode, client.deadline = "closing", time.monotonic() + wait_s
 
     def submit(self, client: _Client, request: Request) -> None:
-        if self.executor is None:
+        if self.executor is None:  # imported at the first env request: most runs never get one
+            from concurrent.futures import ThreadPoolExecutor
+
             self.executor = ThreadPoolExecutor(max_workers=self.server._workers, thread_name_prefix="sbrs-control")
 
         def done(future: Future[dict[str, Any]]) -> None:
