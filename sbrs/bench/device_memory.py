@@ -243,8 +243,8 @@ def _wait_for_status(process: subprocess.Popen[str], socket_path: str) -> dict[s
         if process.poll() is not None:
             error = (process.stderr.read() if process.stderr else "").strip().splitlines()
             raise SbrsRuntimeError(f"bench: sbrs run ended: {error[-1] if error else process.returncode}")
-        if os.path.exists(socket_path):
-            with suppress(OSError, ValueError):
+        if os.path.exists(socket_path):  # bound, perhaps not listening yet: a refused connection is a retry
+            with suppress(OSError, ValueError, SbrsRuntimeError):
                 return send_request(socket_path, {"op": "status"})
         time.sleep(0.05)
     raise SbrsRuntimeError(f"bench: sbrs run did not answer on its socket in {STAGE_TIMEOUT_S:g} s")
