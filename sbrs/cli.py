@@ -87,6 +87,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    """The one-screen summary (``sbrs.report.summary``) by default; the whole capture table with ``--table``;
+    the MoC as JSON with ``--json``."""
     from sbrs.app import load_app
     from sbrs.moc import derive_moc, format_capture_table, moc_summary
 
@@ -94,8 +96,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     moc = derive_moc(app.models, app.config.adaptive)
     if args.json:
         _print_json(moc_summary(moc))
-    else:
+    elif args.table:
         print(format_capture_table(moc))
+    else:
+        from sbrs.report.summary import app_summary, format_summary, plan_for
+
+        print(format_summary(app_summary(app, moc, plan_for(app))))
     return 0
 
 
@@ -279,6 +285,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """Pictures and an offline HTML page of the app (``sbrs.report.make``); the files written, or --json."""
+    from sbrs.report.make import make_report
+
+    report = make_report(args.app, args.output, bench_path=args.bench, switching_path=args.switching,
+                         measure=args.measure)
+    if args.json:
+        _print_json(report.to_dict())
+        return 0
+    for role, path in report.files.items():
+        print(f"{role:<11} {path}")
+    for role, why in report.missing.items():
+        logger.info("sbrs report: no %s picture: %s", role, why)
+    return 0
+
+
 def cmd_zoo_list(args: argparse.Namespace) -> int:
     from sbrs import zoo
 
@@ -348,7 +370,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 #: Every subcommand's name (``build_parser``).
-COMMANDS: tuple[str, ...] = ("check", "inspect", "build", "run", "bench", "switch", "env", "status", "zoo")
+COMMANDS: tuple[str, ...] = ("check", "inspect", "build", "run", "bench", "report", "switch", "env", "status",
+                             "zoo")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -373,8 +396,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if wanted("check"):
         _check_arguments(add("check", cmd_check, "validate an app and print each scenario's CNN figures"))
     if wanted("inspect"):
-        _check_arguments(add("inspect", cmd_inspect,
-                             "the SBRS MoC: capture table (thesis Table 5.1), control parameters, steps"))
+        inspect = add("inspect", cmd_inspect, "the SBRS MoC on one screen: what the scenarios share and what it "
+                                              "saves; --table: the capture table (thesis Table 5.1) and steps")
+        _check_arguments(inspect)
+        inspect.add_argument("--table", action="store_true",
+                             help="print the full capture table, control parameters and every scenario's steps")
     if wanted("build"):
         _build_arguments(add("build", cmd_build,
                              "derive the MoC and plan one arena for every scenario; print memory figures"))
@@ -383,6 +409,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if wanted("bench"):
         _bench_arguments(add("bench", cmd_bench,
                              "throughput per scenario against plain ONNX Runtime, and process memory"))
+    if wanted("report"):
+        _report_arguments(add("report", cmd_report, "pictures and an offline HTML page of the app: supergraph, "
+                                                    "memory, switch timeline, Pareto front (needs sbrs[plots])"))
     if wanted("switch", "env", "status"):
         from sbrs.server.client import add_client_commands
 
@@ -479,6 +508,21 @@ def _bench_arguments(bench: argparse.ArgumentParser) -> None:
                             "also sbrs-cancel: sbrs with on_switch cancel, ort-cancel: ONNX Runtime stopping its "
                             "call in flight, both running that frame again on the new scenario)")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _report_arguments(report: argparse.ArgumentParser) -> None:
+    report.add_argument("app", metavar="APP.yaml")
+    report.add_argument("-o", "--output", required=True, metavar="DIR",
+                        help="folder to write the PNG files, supergraph.onnx/.json and index.html into (made if "
+                             "missing)")
+    report.add_argument("--bench", default=None, metavar="FILE.json",
+                        help="an `sbrs bench APP.yaml --json` report: device memory and throughput beside the plan")
+    report.add_argument("--switching", default=None, metavar="FILE.json",
+                        help="an `sbrs bench APP.yaml --switching --json` report: the switch timeline")
+    report.add_argument("--measure", action="store_true",
+                        help="make short bench runs for what --bench/--switching do not give (slower; default: "
+                             "only the plan, and the page says what is missing)")
+    report.add_argument("--json", action="store_true", help="print one JSON object: the files written, what is missing")
 
 
 def _zoo_commands(zoo: argparse.ArgumentParser) -> None:

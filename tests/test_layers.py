@@ -23,7 +23,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("sbrs.compile",),
     ("sbrs.artifact",),
     ("sbrs.runtime",),
-    ("sbrs.run", "sbrs.control", "sbrs.server", "sbrs.metrics", "sbrs.bench", "sbrs.cli"),  # interfaces
+    ("sbrs.run", "sbrs.control", "sbrs.server", "sbrs.metrics", "sbrs.bench", "sbrs.report", "sbrs.cli"),  # interfaces
 )
 def sbrs_imports(path: Path) -> set[str]:
     """Every ``sbrs`` module ``path`` imports, at any depth of its code."""

@@ -12,7 +12,7 @@ import pytest
 
 from sbrs.cli import build_parser, main
 
-COMMANDS = ["check", "inspect", "build", "run", "bench", "switch", "env", "status", "zoo"]
+COMMANDS = ["check", "inspect", "build", "run", "bench", "report", "switch", "env", "status", "zoo"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
