@@ -289,7 +289,7 @@ def switching_figure(report: Mapping[str, Any], path: Path) -> Path:
     axes.set_xlabel("mean Δ seen by the caller, ms")
     more = f" (first {len(shown)} of {len(pairs)})" if len(shown) < len(pairs) else ""
     axes.set_title(f"per ordered pair{more}", loc="left", fontsize=10)
-    axes.legend(fontsize=7.5, frameon=False, loc="lower right")
+    axes.legend(fontsize=7.5, framealpha=0.9, loc="best")
     return _save(figure, path)
 
 

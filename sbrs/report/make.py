@@ -14,6 +14,7 @@ not run again here (it takes minutes on a large app, and its result must be the 
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ FILES: dict[str, str] = {
     "memory": "memory.png",
     "switching": "switching.png",
     "pareto": "pareto.png",
+    "bench_json": "bench.json",  # with --measure: the short runs made, to pass as --bench/--switching later
+    "switching_json": "switching.json",
 }
 
 
@@ -85,17 +88,24 @@ def make_report(app_path: str | Path, out_dir: str | Path, *, bench_path: str | 
     bench = None if bench_path is None else read_bench(bench_path, app.name)
     switching = None if switching_path is None else read_switching(switching_path, app.name)
     folder = _folder(out_dir)
-    if measure and (bench is None or switching is None):
-        measured, switched = measure_runs(str(app_path), bench=bench is None, switching=switching is None)
-        bench, switching = bench or measured, switching or switched
-    moc = derive_moc(app.models, app.config.adaptive)
-    plan = plan_for(app)
     files: dict[str, Path] = {}
     missing: dict[str, str] = {}
 
     def path(role: str) -> Path:
         files[role] = folder / FILES[role]
         return files[role]
+
+    if measure and (bench is None or switching is None):
+        # Saved beside the pictures: the next report (or a comparison) reads them with --bench/--switching.
+        measured, switched = measure_runs(str(app_path), bench=bench is None, switching=switching is None)
+        if measured is not None:
+            bench = measured
+            path("bench_json").write_text(json.dumps(measured, indent=1) + "\n", encoding="utf-8")
+        if switched is not None:
+            switching = switched
+            path("switching_json").write_text(json.dumps(switched, indent=1) + "\n", encoding="utf-8")
+    moc = derive_moc(app.models, app.config.adaptive)
+    plan = plan_for(app)
 
     summary = app_summary(app, moc, plan)
     figures.supergraph_figure(moc, app.name, path("supergraph"))

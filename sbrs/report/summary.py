@@ -13,6 +13,7 @@ compute), else planned here in memory (``sbrs.memory.app_plan.build_plan``; noth
 from __future__ import annotations
 
 import logging
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,8 @@ MAX_LINES = 40
 MATRIX_SCENARIOS = 8
 #: Nor lines longer than this.
 WIDTH = 120
+#: Lines of the pairs sharing most, above ``MATRIX_SCENARIOS`` scenarios.
+SHARED_LINES = 6
 #: Scenario names are cut to this width in tables.
 NAME_WIDTH = 14
 
@@ -121,31 +124,37 @@ def _shared_lines(names: Sequence[str], shared: Mapping[str, int], room: int) ->
             lines.append(f"  {_short(a):<{NAME_WIDTH}}" + "".join(f" {c:>{width}}" for c in cells))
         return lines
     ranked = sorted(shared.items(), key=lambda item: -item[1])
-    shown = ranked[:max(1, room - 2)]
-    lines = [f"supergraph layers shared by each pair of scenarios ({len(ranked)} pairs; the {len(shown)} sharing "
-             "most):"]
-    lines += [f"  {_short(k.split('|')[0])} & {_short(k.split('|')[1])}: {v}" for k, v in shown]
-    if len(shown) < len(ranked):
-        lines.append(f"  ... {len(ranked) - len(shown)} more pairs: sbrs inspect APP.yaml --json")
-    return lines
+    pairs = [f"{_short(k.split('|')[0])} & {_short(k.split('|')[1])} {v}" for k, v in ranked]
+    return [f"supergraph layers shared by each pair of scenarios ({len(ranked)} pairs, most first):",
+            *_wrapped(pairs, max(1, room - 1), "sbrs inspect APP.yaml --json")]
 
 
 def _wrapped(items: Sequence[str], room: int, more: str) -> list[str]:
-    """``items`` joined by ", " on lines of at most ``WIDTH`` characters, at most ``room`` lines (the last
-    saying how many items did not fit)."""
+    """``items`` joined by ", " on indented lines of at most ``WIDTH`` characters, at most ``room`` lines; when
+    they do not all fit, the last line ends saying how many more there are and where to see them."""
     lines: list[str] = []
     line = " "
     for i, item in enumerate(items):
-        if len(line) + len(item) + 2 > WIDTH:
-            if len(lines) + 1 >= room:  # one line left: say what is not shown
-                lines.append(f"{line.rstrip(',')}, ... {len(items) - i} more: {more}")
-                return lines
-            lines.append(line.rstrip(","))
-            line = " "
-        line += f" {item},"
+        if len(line) + len(item) + 2 <= WIDTH:
+            line += f" {item},"
+            continue
+        if len(lines) + 1 >= room:  # the last line: make room for what says the rest
+            while True:
+                suffix = f" ... {len(items) - i} more: {more}"
+                if len(line) + len(suffix) <= WIDTH or "," not in line.rstrip(","):
+                    return [*lines, line.rstrip(",") + "," + suffix]
+                line, _, _dropped = line.rstrip(",").rpartition(",")
+                line += ","
+                i -= 1
+        lines.append(line.rstrip(","))
+        line = f"  {item},"
     if line.strip():
         lines.append(line.rstrip(","))
-    return lines[:max(room, 0)]
+    return lines
+
+
+def _wrap(text: str) -> list[str]:
+    return textwrap.wrap(text, width=WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
 
 
 def format_summary(summary: Mapping[str, Any], max_lines: int = MAX_LINES) -> str:
@@ -155,31 +164,32 @@ def format_summary(summary: Mapping[str, Any], max_lines: int = MAX_LINES) -> st
     reuse = summary["reuse"]
     control = summary["control_parameters"]
     head = [f"app {summary['app']}: {len(names)} scenarios, A = {{{', '.join(summary['adaptive'])}}}",
-            f"supergraph: {summary['supergraph_layers']} layers ({reuse['full']} shared as they are, "
+            *_wrap(f"supergraph: {summary['supergraph_layers']} layers ({reuse['full']} shared as they are, "
             f"{reuse['partial']} shared with control parameters, {reuse['none']} in one scenario only), "
-            f"{summary['supergraph_edges']} edges"]
+            f"{summary['supergraph_edges']} edges")]
     table = [f"  {'scenario':<{NAME_WIDTH}} {'layers':>6} {'own':>5} {'params MB':>10} {'arena MB':>9}"
              "   (own: no other scenario runs it; MB: the scenario alone)"]
     rows = [f"  {_short(n):<{NAME_WIDTH}} {s['layers']:>6} {s['own_layers']:>5} {_mb(s['params_bytes']):>10}"
             f" {_mb(s['arena_bytes']):>9}" for n, s in summary["scenarios"].items()]
-    memory = [f"parameters: {_mb(summary['params_bytes'])} MB unique, against {_mb(summary['params_sum_bytes'])} MB "
-              f"summed over the scenarios ({_times(summary['params_sum_bytes'], summary['params_bytes'])})",
-              f"arena: {_mb(summary['arena_bytes'])} MB, one for every scenario (lower bound "
-              f"{_mb(summary['lower_bound_bytes'])}), against {_mb(summary['arena_sum_bytes'])} MB summed over "
-              f"per-scenario arenas ({_times(summary['arena_sum_bytes'], summary['arena_bytes'])})"]
+    memory = [*_wrap(f"parameters: {_mb(summary['params_bytes'])} MB unique, against "
+                     f"{_mb(summary['params_sum_bytes'])} MB summed over the scenarios "
+                     f"({_times(summary['params_sum_bytes'], summary['params_bytes'])})"),
+              *_wrap(f"arena: {_mb(summary['arena_bytes'])} MB, one for every scenario (lower bound "
+                     f"{_mb(summary['lower_bound_bytes'])}), against {_mb(summary['arena_sum_bytes'])} MB summed over "
+                     f"per-scenario arenas ({_times(summary['arena_sum_bytes'], summary['arena_bytes'])})")]
     counts = ", ".join(f"{attribute} {n}" for attribute, n in sorted(control["by_attribute"].items()))
-    control_head = (f"control parameters: {control['count']}" + (f" ({counts})" if counts else "")
-                    + (": the inputs (I), outputs (O) or weights (par) of a shared layer, set per scenario"
-                       if control["count"] else ""))
+    control_head = _wrap(f"control parameters: {control['count']}" + (f" ({counts})" if counts else "")
+                         + (": the inputs (I), outputs (O) or weights (par) of a shared layer, set per scenario"
+                            if control["count"] else ""))
     tail = "full capture table, control values and steps φ^s: sbrs inspect APP.yaml --table (JSON: --json)"
-    fixed = len(head) + len(table) + len(memory) + 2  # + the control head and the tail
+    fixed = len(head) + len(table) + len(memory) + len(control_head) + 1
     # Scenario rows, then the shared-layers lines, then the control parameters get what room is left.
-    if len(rows) > max_lines // 3:
-        keep = max_lines // 3 - 1
+    if len(rows) > max_lines // 4:
+        keep = max_lines // 4 - 1
         rows = [*rows[:keep], f"  ... {len(rows) - keep} more scenarios: sbrs inspect APP.yaml --json"]
-    shared = _shared_lines(names, summary["shared_layers"], max_lines - fixed - len(rows) - 2)
+    shared = _shared_lines(names, summary["shared_layers"], min(SHARED_LINES, max_lines - fixed - len(rows) - 2))
     room = max_lines - fixed - len(rows) - len(shared)
     listed = _wrapped([f"{p['id']} {p['attribute']} of {p['layer']} {p['op']}" for p in control["items"]], room,
                       "--table")
-    lines = [*head, *table, *rows, *shared, *memory, control_head, *listed, tail]
-    return "\n".join(line[:WIDTH] for line in lines[:max_lines])
+    lines = [*head, *table, *rows, *shared, *memory, *control_head, *listed, tail]
+    return "\n".join(lines[:max_lines])

@@ -127,6 +127,8 @@ def test_build_table_and_inspect(tmp_path: Path, capsys: pytest.CaptureFixture[s
     out = capsys.readouterr().out
     assert "{I, O, par}" in out and "{I, O}" in out and "M_naive" in out
     assert main(["inspect", app_path]) == 0
+    assert "supergraph layers shared by each pair" in capsys.readouterr().out
+    assert main(["inspect", app_path, "--table"]) == 0
     assert "Capture table" in capsys.readouterr().out
     assert main(["inspect", app_path, "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
