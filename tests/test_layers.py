@@ -1,4 +1,4 @@
-"""The data flow runs one way (README, "Layout"): every import of every ``sbrs`` module, lazy ones inside
+"""The data flow runs one way (docs/DESIGN.md, "The house"): every import of every ``sbrs`` module, lazy ones inside
 functions included, is read from the source, and a module may import only from its own stage or an earlier
 one. An import that reaches into a later stage fails here instead of surfacing as an import cycle or as a run
 path that loads too much."""

@@ -8,8 +8,8 @@ dynamo exporter, ``Shape``/``Gather``/... chains from the legacy one). For each:
 the rebuilt model and the sbrs runtime against ONNX Runtime running the file itself; the two heads share
 their backbone in the MoC whichever exporter made them.
 
-onnx's "light" models fill their weights with ``ConstantOfShape``; all nine import (checked by hand, see the
-README); the ones whose weights expand to less than 150 MB are imported here, to keep CI's time and memory
+onnx's "light" models fill their weights with ``ConstantOfShape``; all nine import (checked by hand, see
+docs/APP_YAML.md); the ones whose weights expand to less than 150 MB are imported here, to keep CI's time and memory
 down (vgg19, alexnet and zfnet512 expand to 240-550 MB).
 """
 
