@@ -445,9 +445,9 @@ def _build_arguments(build: argparse.ArgumentParser) -> None:
                        help="T^c_n: a scenario's minimum throughput under the cost model (repeatable)")
     build.add_argument("--min-fps-ratio", type=float, default=None, metavar="R",
                        help="every scenario at least R times its unreduced throughput under the cost model")
-    build.add_argument("--cost", choices=("auto", "analytic", "measured"), default="auto",
-                       help="throughput model of the search: measured on this machine (cached), analytic, or auto "
-                            "(the cached measured table if any, else analytic)")
+    build.add_argument("--cost", choices=("auto", "analytic", "measured"), default="measured",
+                       help="throughput model of the search: measured on this machine (default; measured once, "
+                            "then cached), analytic, or auto (the cached measured table if any, else analytic)")
     build.add_argument("--seed", type=int, default=0, help="seed of the genetic search")
     build.add_argument("--population", type=int, default=24, help="GA population")
     build.add_argument("--generations", type=int, default=16, help="GA generations")

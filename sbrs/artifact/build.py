@@ -61,7 +61,7 @@ class BuildResult:
 
 
 def build_app(app_path: str | Path, *, memory_limit_mb: float | None = None,
-              min_fps: Mapping[str, float] | None = None, min_fps_ratio: float | None = None, cost: str = "auto",
+              min_fps: Mapping[str, float] | None = None, min_fps_ratio: float | None = None, cost: str = "measured",
               params: GaParams | None = None, plan_path: str | Path | None = None,
               progress: Callable[[int, int], None] | None = None) -> BuildResult:
     """Build the app of ``app_path``: its memory plan saved to ``plan_path`` (default ``APP.plan.json`` beside
@@ -70,7 +70,8 @@ def build_app(app_path: str | Path, *, memory_limit_mb: float | None = None,
     ``memory_limit_mb`` (default: the app's ``memory_limit_mb``): parameters plus buffers; above what reuse
     alone reaches, band heights are searched (Algorithm 9) with ``params`` (seed, population, generations),
     the per-scenario minimum throughputs ``min_fps`` / ``min_fps_ratio`` and the cost model ``cost``
-    (``auto``, ``analytic`` or ``measured``); ``progress(done, total)`` follows the search (default: progress
+    (``measured``, the default: a table timed on this machine once, then cached; ``auto`` or ``analytic``);
+    ``progress(done, total)`` follows the search (default: progress
     lines on the ``sbrs`` loggers, ``sbrs.log``; every long step logs its own). Bad input (the
     app, a limit of 0 or below, an unreachable limit, unknown scenarios) is an ``InputError``.
     """

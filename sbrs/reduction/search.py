@@ -6,9 +6,12 @@ seeded NSGA-II search of :func:`sbrs.reduction.reduce_buffers` chooses band heig
 model the caller gives (``CostSource``; ``sbrs build --cost``, resolved by ``sbrs.compile.costs.cost_source``):
 
 - ``analytic``: :class:`~sbrs.reduction.cost.AnalyticCostModel` (no measuring);
-- ``measured``: the table of :mod:`sbrs.compile.costs`, measured on this machine on the first build and
-  cached;
-- ``auto`` (default): the cached measured table when there is one, else the analytic model.
+- ``measured`` (the default of ``sbrs build``): the table of :mod:`sbrs.compile.costs`, measured on this
+  machine on the first build and cached;
+- ``auto``: the cached measured table when there is one, else the analytic model.
+
+``sbrs build`` measures by default (``measured``): a search under the analytic model picks band heights whose
+speed on the device it does not know (MobileNetV2 at 14.9 MB: see docs/MEASUREMENTS.md).
 
 Nothing here runs ONNX Runtime or compiles a call: the search works on the models and the cost model alone.
 
@@ -57,11 +60,14 @@ CostSource = Callable[[Mapping[str, "CnnModel"], tuple[int, ...]], tuple[CostMod
 
 def reduce_app(app: App, plan: AppPlan, memory_limit: int, *, min_fps: Mapping[str, float] | None = None,
                min_fps_ratio: float | None = None, cost: CostSource | None = None, params: GaParams | None = None,
-               progress: Progress | None = None) -> dict[str, Any]:
+               progress: Progress | None = None, stream_input: bool = True) -> dict[str, Any]:
     """Algorithm 9 for ``app`` under ``memory_limit`` bytes; the ``"reduction"`` object of ``sbrs build --json``
     (without the executor's figures, which the compile stage adds: ``sbrs.compile.fit.executor_figures``).
 
-    ``cost``: the search's cost model (default: the analytic one); ``progress(done, total)`` follows the
+    ``cost``: the search's cost model (default: the analytic one); ``stream_input``: the frame may be fed by rows
+    into a line buffer (the input layer is a gene, as ``l_1`` of thesis Figure 4.1; the frame stays the caller's
+    array, as it is for plain ONNX Runtime), the search ``benchmarks/reduction.py`` runs, so that ``sbrs build``
+    reaches the same smallest configuration; ``progress(done, total)`` follows the
     generations (default: ``reduction: N% (d/t generations)`` lines on this module's logger, ``sbrs.log``).
     Raises ``InputError`` for unknown scenarios in ``min_fps`` and when no configuration reaches the memory
     limit (the message names the smallest figure reached). Failing fps constraints are listed in
@@ -84,7 +90,7 @@ def reduce_app(app: App, plan: AppPlan, memory_limit: int, *, min_fps: Mapping[s
     if progress is None:
         progress = ProgressLines(logger, "reduction", unit="generations", after_s=0.0, always_end=True)
     result = reduce_buffers(models, memory_limit=None if early else memory_limit, min_fps=min_fps, cost=cost_model,
-                            params=params, progress=None if early else progress)
+                            params=params, progress=None if early else progress, stream_input=stream_input)
     figures = _figures(models, result, cost_model)
     if early:
         figures.update(arena_bytes=plan.memory.arena_bytes, reuse_bytes=plan.memory.reuse_bytes,

@@ -94,3 +94,23 @@ def test_bad_options_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], 
     args = ["--memory-limit", "0.25", *FAST] if "--memory-limit" not in bad else FAST
     code, _, err = build(tmp_path, capsys, *args, *bad)
     assert code == 2 and err.startswith("sbrs: error:")
+
+
+def test_sbrs_build_runs_the_benchmarks_search(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One search, one answer: ``sbrs build`` searches with the frame streamed, as ``benchmarks/reduction.py``
+    does, so the front it reports is that search's front (the same seed and cost model give the same points)."""
+    from sbrs.app import load_app
+    from sbrs.model.fold import fold_model
+    from sbrs.reduction import AnalyticCostModel, GaParams, reduce_buffers
+
+    code, out, err = build(tmp_path, capsys, "--json", "--memory-limit", "0.25", *FAST)
+    assert code == 0, err
+    reduction = json.loads(out)["reduction"]
+    models = {s: fold_model(m) for s, m in load_app(tmp_path / "tiny.yaml").models.items()}
+    params = GaParams(population=8, generations=2, seed=0)
+    streamed = reduce_buffers(models, memory_limit=250_000, cost=AnalyticCostModel(), params=params,
+                              stream_input=True)
+    whole = reduce_buffers(models, memory_limit=250_000, cost=AnalyticCostModel(), params=params)
+    assert reduction["pareto"] == [p.to_dict() for p in streamed.pareto]
+    assert reduction["chosen"] == streamed.chosen.to_dict()
+    assert min(p["memory_bytes"] for p in reduction["pareto"]) <= whole.pareto[0].memory_bytes
