@@ -129,7 +129,7 @@ def test_the_pareto_front_of_an_app_under_a_memory_limit(tmp_path: Path, capsys:
     shutil.copy(LIMITED, app_path)
     result = _report(capsys, str(app_path), "-o", str(tmp_path / "before"))
     assert "No Pareto front: the app's plan holds no reduction search" in result["missing"]["pareto"]
-    assert main(["build", str(app_path), "-q", "--population", "8", "--generations", "2"]) == 0
+    assert main(["build", str(app_path), "-q", "--cost", "analytic", "--population", "8", "--generations", "2"]) == 0
     capsys.readouterr()
     result = _report(capsys, str(app_path), "-o", str(tmp_path / "after"))
     assert "pareto" in result["files"] and "pareto" not in result["missing"]
