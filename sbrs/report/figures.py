@@ -195,10 +195,10 @@ def _stacked(axes: Axes, labels: Sequence[str], layers: Sequence[tuple[str, Sequ
 
 
 def memory_figure(plan: AppPlan, app_name: str, path: Path, *, limit_mb: float | None = None,
-                  bench: Mapping[str, Any] | None = None) -> Path:
+                  bench: Mapping[str, Any] | None = None, reduction: Mapping[str, Any] | None = None) -> Path:
     """Memory per scenario as planned (parameters and arena of each scenario alone, of all of them held apart,
-    and of sbrs' one app), and beside it, when a bench run is given, device memory measured from outside: sbrs
-    against plain ONNX Runtime."""
+    and of sbrs' one app, and by parts the configuration the reduction search chose), and beside it, when a
+    bench run is given, device memory measured from outside: sbrs against plain ONNX Runtime."""
     device = None if bench is None else bench.get("device_memory")
     figure = _figure(12.5 if device else 8.0, 4.6)
     grid = figure.add_gridspec(1, 2, width_ratios=[1.4, 1]) if device else figure.add_gridspec(1, 1)
@@ -210,6 +210,10 @@ def memory_figure(plan: AppPlan, app_name: str, path: Path, *, limit_mb: float |
               _mb(plan.memory.params_bytes)]
     arena = [*(_mb(m.arena_bytes) for m in alone), _mb(sum(m.arena_bytes for m in alone)),
              _mb(plan.memory.arena_bytes)]
+    if reduction is not None and not reduction.get("early_exit"):  # the limit needed processing by parts
+        labels.append("sbrs by parts\n(chosen)")
+        params.append(_mb(reduction["chosen"]["params_bytes"]))
+        arena.append(_mb(reduction["chosen"]["arena_bytes"]))
     _stacked(axes, labels, [("parameters (unique)", params, "#4c72b0"), ("arena (every tensor, planned)", arena,
                                                                        "#dd8452")], limit_mb)
     axes.set_title(f"{app_name}: planned memory, each scenario alone, all held apart, and sbrs' one app",

@@ -111,14 +111,15 @@ def make_report(app_path: str | Path, out_dir: str | Path, *, bench_path: str | 
     figures.supergraph_figure(moc, app.name, path("supergraph"))
     netron.supergraph_onnx(moc, app.name, path("netron"))
     netron.supergraph_json(moc, path("moc_json"))
-    figures.memory_figure(plan, app.name, path("memory"), limit_mb=app.config.memory_limit_mb, bench=bench)
+    reduction = saved_reduction(app)
+    figures.memory_figure(plan, app.name, path("memory"), limit_mb=app.config.memory_limit_mb, bench=bench,
+                          reduction=reduction)
     if switching is not None:
         figures.switching_figure(switching, path("switching"))
     else:
         missing["switching"] = (f"No switch timeline: no switching run was given. Make one with `sbrs bench "
                                 f"{app_path} --switching --json > switching.json` and pass `--switching "
                                 "switching.json`, or let `sbrs report --measure` make a short one.")
-    reduction = saved_reduction(app)
     if app.config.memory_limit_mb is None:
         missing["pareto"] = ("No Pareto front: this app sets no memory_limit_mb, so nothing is processed by parts "
                              "and no reduction search ran. Set memory_limit_mb in the app file and run "
@@ -153,19 +154,22 @@ def _sections(app: Any, summary: Mapping[str, Any], summary_text: str, files: Ma
             links=[(FILES["netron"], "the supergraph as an ONNX graph, for Netron (netron.app or `pip install "
                                      "netron`); each node names its scenarios, reuse and control parameters"),
                    (FILES["moc_json"], "the whole MoC as JSON (supergraph, control node, control edges)")]),
-        _memory_section(summary, files, bench),
+        _memory_section(summary, files, bench, reduction),
         _switching_section(files, missing, switching),
         _pareto_section(files, missing, reduction),
     ]
     return sections
 
 
-def _memory_section(summary: Mapping[str, Any], files: Mapping[str, Path],
-                    bench: Mapping[str, Any] | None) -> Section:
+def _memory_section(summary: Mapping[str, Any], files: Mapping[str, Path], bench: Mapping[str, Any] | None,
+                    reduction: Mapping[str, Any] | None) -> Section:
     text = ["Left: planned from the models (the app's plan): the unique parameters and the arena of every tensor, "
             "for each scenario alone, for all scenarios held apart (the sums) and for sbrs' one app (parameters "
             f"shared, one arena): {_mb(summary['params_bytes'] + summary['arena_bytes'])} MB against "
             f"{_mb(summary['params_sum_bytes'] + summary['arena_sum_bytes'])} MB."]
+    if reduction is not None and not reduction.get("early_exit"):
+        text.append(f"Under the app's memory limit of {_mb(reduction['memory_limit_bytes'])} MB, the last bar is the "
+                    "configuration processed by parts that `sbrs build` chose (the star of the Pareto front below).")
     tables = []
     device = None if bench is None else bench.get("device_memory")
     if device:
