@@ -164,8 +164,10 @@ def _share_optimized_weights(models: list[Path], shared: Path) -> None:
     weights = _WeightsFile(shared)
     try:
         for path in models:
-            model = onnx.load_model(str(path), load_external_data=False)
             own = path.with_name(path.name + ".bin")
+            if not own.exists():  # ONNX Runtime writes none for a model without an initializer of 1 KiB or more
+                continue
+            model = onnx.load_model(str(path), load_external_data=False)
             with open(own, "rb") as stream:
                 for tensor in model.graph.initializer:
                     if tensor.data_location != onnx.TensorProto.EXTERNAL:

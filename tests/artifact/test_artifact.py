@@ -265,3 +265,44 @@ def test_a_build_without_optimised_files_says_why_and_runs_the_portable_ones(
         assert said(caplog) == [] and not any(s._model_path.endswith(OPTIMIZED_SUFFIX) for s in runtime._sessions.values())
         frame = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
         assert runtime.infer(frame)["output"].shape == (1, 10)
+
+
+def test_optimised_models_without_large_weights_share_the_weights_file(tmp_path: Path) -> None:
+    """A band call without an initializer of 1 KiB or more (a pooling or addition band of ResNet-50) has no
+    weights file of its own once optimised: the build keeps its optimised form anyway (multi-cnn under a
+    limit lost every optimised file over one such call)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from sbrs.artifact.write import OPTIMIZED_WEIGHTS, _share_optimized_weights
+    from sbrs.ort_env import save_optimized
+
+    def conv_model(channels: int) -> onnx.ModelProto:  # 32*27*4 bytes of weights: written beside the model
+        weight = helper.make_tensor("w", TensorProto.FLOAT, [channels, 3, 3, 3],
+                                    np.linspace(-1, 1, channels * 27, dtype=np.float32).tolist())
+        node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 8, 8])],
+                                  [weight])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    def pool_model() -> onnx.ModelProto:
+        node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    made = []
+    for name, model in (("big", conv_model(32)), ("small", pool_model())):  # no initializer at all
+        source = tmp_path / f"{name}.onnx"
+        onnx.save_model(model, str(source))
+        made.append(tmp_path / f"{name}.opt.onnx")
+        save_optimized(str(source), str(made[-1]), ("CPUExecutionProvider",))
+    assert (tmp_path / "big.opt.onnx.bin").exists() and not (tmp_path / "small.opt.onnx.bin").exists()
+    _share_optimized_weights(made, tmp_path / OPTIMIZED_WEIGHTS)
+    frame = np.linspace(0, 1, 192, dtype=np.float32).reshape(1, 3, 8, 8)
+    for name in ("big", "small"):
+        want = ort.InferenceSession(str(tmp_path / f"{name}.onnx")).run(None, {"x": frame})[0]
+        got = ort.InferenceSession(str(tmp_path / f"{name}.opt.onnx")).run(None, {"x": frame})[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert not (tmp_path / "big.opt.onnx.bin").exists()
