@@ -383,7 +383,7 @@ def plan_shadow(plan: UnitPlan) -> tuple[UnitPlan, dict[str, int]]:
     from sbrs.memory import Block, Live, Problem, place
 
     layout = UnitLayout(plan.units, plan.sequences, plan.inputs, plan.outputs, {t.id: t.spec for t in plan.tensors})
-    base = arena_problem(layout, plan.alignment)
+    base = arena_problem(layout, plan.alignment, resume=plan.arena_strategy.endswith("+resume"))
     accesses = {s: step_accesses(plan, s) for s in plan.scenarios}
     extra: dict[str, list[Live]] = {}
     shadow_lives: dict[str, list[Live]] = {}
@@ -413,8 +413,10 @@ def plan_shadow(plan: UnitPlan) -> tuple[UnitPlan, dict[str, int]]:
     offsets = arena.as_dict()
     tensors = tuple(BoundaryTensor(t.id, t.shape, t.dtype, offsets[t.id]) for t in plan.tensors)
     shadow = {t.id: offsets[f"~{t.id}"] for t in plan.tensors}
+    resume = "+resume" if plan.arena_strategy.endswith("+resume") else ""
     shadowed = replace(plan, tensors=tensors, arena_bytes=arena.arena_bytes,
-                       arena_lower_bound=int(arena.lower_bound_bytes or 0), arena_strategy=f"{arena.strategy}+shadow")
+                       arena_lower_bound=int(arena.lower_bound_bytes or 0),
+                       arena_strategy=f"{arena.strategy}+shadow{resume}")
     return shadowed, shadow
 
 

@@ -289,7 +289,8 @@ class Runtime:
 
         program, mode = app_program(app, granularity=granularity, parts=parts, transition=transition,
                                     transition_arena=transition_arena,
-                                    transition_schedule=options.get("transition_schedule", "priority"))
+                                    transition_schedule=options.get("transition_schedule", "priority"),
+                                    on_switch=options.get("on_switch"))
         return cls(app.config, program, transition=mode, **options)
 
     @classmethod

@@ -21,7 +21,15 @@ from hypothesis import strategies as st
 
 from sbrs.app import App
 from sbrs.cli import main
-from sbrs.compile.transitions import ResumeTable, check_resume, resume_tables, step_accesses
+from sbrs.compile.transitions import (
+    ResumeTable,
+    build_transition_plan,
+    check_plan_transitions,
+    check_resume,
+    plan_shadow,
+    resume_tables,
+    step_accesses,
+)
 from sbrs.compile.unit_plan import build_unit_plan
 from sbrs.runtime import runtime_for
 from sbrs.runtime.engine import Runtime
@@ -123,6 +131,48 @@ def test_resume_tables_are_proven_and_their_mutations_caught(load_example: Calla
                 assert check_resume(accesses, {pair: deeper}), f"{pair} after {c}: resume at {r + 1} not caught"
                 caught += 1
     assert caught
+
+
+APPS = sorted(p.stem for p in (REPO / "apps").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("granularity", ["auto", "layer"])
+@pytest.mark.parametrize("name", APPS)
+def test_resume_plans_keep_every_shared_prefix_valid_and_are_proven(load_example: Callable[[str], App], name: str,
+                                                                     granularity: str) -> None:
+    """Units and arena made for resume (``build_unit_plan(on_switch="resume")``): every ordered pair resumes at
+    its whole shared prefix wherever the old frame stopped past it (the arena keeps the live-in tensors valid
+    across the jump), the symbolic checker proves every resume point, with and without shadow slots, and the
+    SBRS-TP tables of the same plan still pass the hazard checker. With the app's own settings
+    (``share_min_mb``), too."""
+    from sbrs.app import load_app
+
+    for app in (load_example(name), load_app(REPO / "apps" / f"{name}.yaml")):
+        plan = build_unit_plan(app, granularity, on_switch="resume")
+        shadowed, offsets = plan_shadow(plan)
+        for candidate in (plan, shadowed):
+            tables = resume_tables(candidate)
+            accesses = {s: step_accesses(candidate, s) for s in candidate.scenarios}
+            assert check_resume(accesses, tables) == [], f"{name} {granularity}"
+            for (old, new), table in tables.items():
+                steps = len(candidate.sequences[old])
+                assert table.after[table.prefix:] == (table.prefix,) * (steps + 1 - table.prefix), (old, new)
+                assert table.during[table.prefix:] == (table.prefix,) * (steps - table.prefix), (old, new)
+        assert check_plan_transitions(plan, build_transition_plan(plan)) == []
+        assert check_plan_transitions(shadowed, build_transition_plan(shadowed, arena="shadow", shadow=offsets)) == []
+
+
+def test_drone_scenarios_share_their_first_layers_under_resume(load_example: Callable[[str], App]) -> None:
+    """drone.yaml with its own settings: the stem and first block (0.33 MB of weights, below share_min_mb) are
+    private to each scenario normally, and one shared unit under resume, so every pair can resume."""
+    from sbrs.app import load_app
+
+    app = load_app(REPO / "apps" / "drone.yaml")
+    plain = resume_tables(build_unit_plan(app))
+    assert all(table.prefix == 0 for table in plain.values())
+    resuming = resume_tables(build_unit_plan(app, on_switch="resume"))
+    assert all(table.prefix >= 1 for table in resuming.values())
+    assert max(table.prefix for table in resuming.values()) >= 3
 
 
 @pytest.fixture(scope="module")
