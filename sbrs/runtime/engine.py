@@ -31,7 +31,8 @@ or beside them on a worker thread (``threads``), or, after its last step, before
 are yielded as their outputs exist, so the caller holds the new scenario's output as soon as it is computed,
 and the old frame's result right after (``order="stream"`` keeps stream order). Under ``naive`` the request
 waits for the frame boundary. Under ``runtime.on_switch: cancel`` the frame in flight is given up instead
-and runs again from its start on the new scenario (``cancelling``). The switch paths are in
+and runs again from its start on the new scenario (``cancelling``); under ``resume`` (beyond the thesis) it
+continues on the new scenario from the deepest step both share (``resuming``, docs/RESUME.md). The switch paths are in
 ``sbrs.runtime.switching``; either way the response delay Δ (request arrival → first output of the new
 scenario) is recorded for every switch (``SwitchRecord`` on the frame's result, the node's status, the
 observers' ``switch_done``). What a runtime reports about itself (``facts``, ``memory_report``,
