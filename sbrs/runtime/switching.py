@@ -273,8 +273,12 @@ def resuming(runtime: Runtime, arrays: Mapping[str, np.ndarray], index: int,
     runtime._in_flight = 0
     runtime._cancellable = False  # before ``take`` clears terminate: later requests leave it cleared
     switch = node.take()
-    if switch is None:  # the request went back to this scenario meanwhile: the frame goes on where it stopped
-        for call in calls[done:]:  # (a step stopped inside runs again: its own plan keeps its inputs intact)
+    if switch is None:  # the request went back to this scenario meanwhile: the frame goes on where it stopped,
+        if partial:  # or, when a call was stopped inside, from its start (a band call's line-buffer moves ran)
+            done = 0
+            for array in arrays.values():
+                runtime._copy_in[scenario](array)
+        for call in calls[done:]:
             call()
         return runtime._old_frame_result(scenario, index, begin, request, previous, node.mode)
     node.frame_cancelled(scenario, done)
