@@ -225,7 +225,7 @@ def resuming(runtime: Runtime, arrays: Mapping[str, np.ndarray], index: int,
     Beyond the thesis (Algorithms 6 and 7 always finish the frame in flight on the old scenario): a switch
     request for another scenario n stops the frame in flight on o as ``cancelling`` does — between two steps, or
     inside a call through ``RunOptions.terminate``, which the runtime sets only when the step in flight is not
-    one n would run itself (``Runtime._interrupt``: a step of the shared prefix is let finish, its work is
+    one n would run itself (``Runtime._interrupt_resume``: a step of the shared prefix is let finish, its work is
     n's) — and then *the same frame continues on n* from new step r + 1, where r is the deepest point whose
     computed tensors n's execution sequence consumes unchanged (``sbrs.compile.transitions.ResumeTable``: the
     shared prefix of φ^o and φ^n, its live-in tensors still intact in the arena). r = 0 (nothing shared yet, or
