@@ -472,9 +472,10 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
                      help="override runtime.granularity of the app")
     run.add_argument("--transition", choices=("sbrs-tp", "naive"), default=None,
                      help="override runtime.transition of the app (how switches run)")
-    run.add_argument("--on-switch", choices=("finish", "cancel"), default=None,
+    run.add_argument("--on-switch", choices=("finish", "cancel", "resume"), default=None,
                      help="override runtime.on_switch of the app: let the frame in flight finish on the old "
-                          "scenario, or cancel it and run that frame again on the new one")
+                          "scenario, cancel it and run that frame again on the new one, or resume it on the new "
+                          "one from the layers both scenarios share")
     run.add_argument("--order", choices=("completion", "stream"), default="completion",
                      help="order of the JSON lines: as each frame's outputs exist (default; during an SBRS-TP switch "
                           "the new scenario's first frame may come before the frame in flight) or as frames came")
@@ -506,7 +507,8 @@ def _bench_arguments(bench: argparse.ArgumentParser) -> None:
                        help="with --switching: what to measure (sbrs-tp, sbrs-naive, ort-all: plain ONNX Runtime with "
                             "every session loaded, ort-load: ONNX Runtime loading the new session on a switch; "
                             "also sbrs-cancel: sbrs with on_switch cancel, ort-cancel: ONNX Runtime stopping its "
-                            "call in flight, both running that frame again on the new scenario)")
+                            "call in flight, both running that frame again on the new scenario; resume: sbrs with "
+                            "on_switch resume, continuing that frame on the new scenario from the layers both share)")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
 
 

@@ -68,10 +68,11 @@ class RuntimeOptions:
     by scenarios as one execution unit (``sbrs.compile.units``); smaller runs are compiled into each scenario's
     own units. ``switch_steps``: under SBRS-TP, how many steps of similar work a frame is cut into at most, so
     a switch waits for about 1/switch_steps of the old frame. ``on_switch``: what a switch does to the frame in
-    flight, ``finish`` it on the old scenario or ``cancel`` it and run it again on the new one
-    (``sbrs.runtime.engine.Runtime``). ``threads``: intra-op threads of a session running a whole unit
-    (default: every core); ``threads_scope``: ``session`` (each session its own threads, nothing process-wide) or
-    ``process`` (ONNX Runtime's global pool, refusing the application's own sessions; ``sbrs.ort_env``)."""
+    flight, ``finish`` it on the old scenario, ``cancel`` it and run it again on the new one, or ``resume`` it on
+    the new one from the layers both share (``sbrs.runtime.engine.Runtime``). ``threads``: intra-op threads of a
+    session running a whole unit (default: every core); ``threads_scope``: ``session`` (each session its own
+    threads, nothing process-wide) or ``process`` (ONNX Runtime's global pool, refusing the application's own
+    sessions; ``sbrs.ort_env``)."""
 
     providers: tuple[str, ...]
     threads: int | None

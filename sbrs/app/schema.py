@@ -109,7 +109,7 @@ class RuntimeEntry(Strict):
     transition: Literal["sbrs-tp", "naive"] = "sbrs-tp"
     share_min_mb: NonNegative = 1.0
     switch_steps: Annotated[StrictInt, Field(ge=1, le=64)] = 4
-    on_switch: Literal["finish", "cancel"] = "finish"
+    on_switch: Literal["finish", "cancel", "resume"] = "finish"
     threads_scope: Literal["session", "process"] = "session"
 
 

@@ -168,9 +168,11 @@ def _ratio(value: float | None) -> str:
 #: Runtime with every scenario's session loaded (switch at the frame boundary), and ONNX Runtime loading the
 #: new scenario's session when the switch comes (the two things a user would do without sbrs); the default.
 #: Besides, when the frame in flight may be given up: sbrs with ``on_switch: cancel`` and plain ONNX Runtime
-#: stopping its call through ``RunOptions.terminate``, each running that frame again on the new scenario.
+#: stopping its call through ``RunOptions.terminate``, each running that frame again on the new scenario; and
+#: sbrs with ``on_switch: resume`` (``resume``), continuing that frame on the new scenario from the layers both
+#: share (beyond the thesis; its resumed outputs are checked against the new scenario's own model).
 DEFAULT_SWITCH_METHODS: tuple[str, ...] = ("sbrs-tp", "sbrs-naive", "ort-all", "ort-load")
-SWITCH_METHODS: tuple[str, ...] = (*DEFAULT_SWITCH_METHODS, "sbrs-cancel", "ort-cancel")
+SWITCH_METHODS: tuple[str, ...] = (*DEFAULT_SWITCH_METHODS, "sbrs-cancel", "ort-cancel", "resume")
 #: Seconds a single Δ sample may stream frames before the bench gives up on it. The request thread may wait
 #: for a core and the GIL for milliseconds (its request time is taken once it runs, so Δ is not affected).
 MAX_SAMPLE_S = 5.0
@@ -229,9 +231,10 @@ class _Requester:
 
 
 def _sbrs_delay(runtime: Any, old: str, new: str, frame: np.ndarray, delay_s: float, mode: str,
-                request: _Requester) -> tuple[float, float]:
+                request: _Requester, check: Callable[[Any], None] | None = None) -> tuple[float, float]:
     """One caller-side Δ of sbrs: frames stream on ``old``, the request comes ``delay_s`` after the stream
-    starts; Δ = request → the caller holds the first result of ``new``. Also the runtime's own record of it."""
+    starts; Δ = request → the caller holds the first result of ``new``. Also the runtime's own record of it.
+    ``check`` gets that first result once Δ is taken (the resumed frame's outputs and record)."""
     runtime.switch(old, "bench")
     runtime.infer(frame)  # settled on old, nothing pending
 
@@ -247,7 +250,10 @@ def _sbrs_delay(runtime: Any, old: str, new: str, frame: np.ndarray, delay_s: fl
             if result.scenario == new:
                 held = time.perf_counter()
                 internal = result.switch.response_delay_s if result.switch is not None else float("nan")
-                return held - request.join(), internal
+                delay = held - request.join()
+                if check is not None:
+                    check(result)
+                return delay, internal
     finally:
         results.close()  # a transition's old frame still finishes (``sbrs.runtime.switching.Transition.deliver``)
     raise SbrsRuntimeError(f"bench: the switch {old}->{new} did not happen within {MAX_SAMPLE_S} s")
@@ -312,7 +318,9 @@ def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | No
     interleaved). Reported per pair and over all pairs: mean and p95 per method, the ratios of the means to
     ``ort-all`` (and of ``sbrs-cancel`` to ``ort-cancel``), and beside them the runtime's own record of Δ
     (``SwitchRecord``; from the request's arrival at the control node to the new output's copy-out, before the
-    caller has it).
+    caller has it). ``resume``: also how many samples continued the frame in flight (``resumed``: the record's
+    ``resumed_steps`` > 0), the mean of ``resumed_steps``, and ``mismatches``: first results of the new scenario
+    whose outputs differ from its own model's on the frame (DESIGN.md invariant 1's tolerance; must be 0).
     """
     import random
 
@@ -330,9 +338,11 @@ def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | No
     paths = {s.name: s.model_path for s in app.config.scenarios}
     runtime = runtime_for(app, granularity=granularity, transition="sbrs-tp", transition_arena=transition_arena)
     cancelling = runtime_for(app, granularity=granularity, on_switch="cancel") if "sbrs-cancel" in methods else None
+    resuming = runtime_for(app, granularity=granularity, on_switch="resume") if "resume" in methods else None
     del app
     rng = random.Random(seed)
-    with runtime, contextlib.nullcontext() if cancelling is None else cancelling:
+    with runtime, contextlib.nullcontext() if cancelling is None else cancelling, \
+            contextlib.nullcontext() if resuming is None else resuming:
         providers = runtime.providers
         threads = runtime.thread_pool.count  # plain sessions whose idle pools stop spinning, as sbrs' do
         sessions = {name: create_session(path, providers, threads=threads) for name, path in paths.items()}
@@ -345,7 +355,7 @@ def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | No
         for name, session in sessions.items():
             for _ in range(WARMUP_FRAMES):
                 session.run(None, {feed_name: frame})
-                for warmed in (runtime, cancelling):
+                for warmed in (runtime, cancelling, resuming):
                     if warmed is not None:
                         warmed.switch(name, "bench")
                         warmed.infer(frame)
@@ -358,6 +368,23 @@ def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | No
         import onnxruntime as ort
 
         terminate = ort.RunOptions()
+        # the reference of every scenario on the frame, and what the resumed first results were
+        references = {name: dict(zip([o.name for o in session.get_outputs()], session.run(None, {feed_name: frame}),
+                                     strict=True)) for name, session in sessions.items()} if resuming else {}
+        resumed: dict[str, list[int]] = {}
+        mismatches = [0]
+
+        def check_resumed(result: Any) -> None:
+            record = result.switch
+            if record is None:  # (every first result of a switch carries its record)
+                mismatches[0] += 1
+                return
+            resumed.setdefault(f"{record.old}->{record.new}", []).append(record.resumed_steps or 0)
+            for name, want in references[result.scenario].items():
+                if np.abs(result.outputs[name] - want).max() > 1e-5 * max(1.0, float(np.abs(want).max())):
+                    mismatches[0] += 1
+                    break
+
         run_method: dict[str, Callable[[str, str, float], tuple[float, float | None]]] = {
             "sbrs-tp": lambda o, n, d: _sbrs_delay(runtime, o, n, frame, d, "sbrs-tp", requester),
             "sbrs-naive": lambda o, n, d: _sbrs_delay(runtime, o, n, frame, d, "naive", requester),
@@ -366,6 +393,7 @@ def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | No
             "sbrs-cancel": lambda o, n, d: _sbrs_delay(cancelling, o, n, frame, d, "sbrs-tp", requester),
             "ort-cancel": lambda o, n, d: (_ort_delay(sessions, o, n, feed_name, frame, d, None, requester,
                                                       terminate), None),
+            "resume": lambda o, n, d: _sbrs_delay(resuming, o, n, frame, d, "sbrs-tp", requester, check_resumed),
         }
         # Everything loaded so far stays: out of the cyclic collector's sight, its full collections (several ms
         # with the models' objects around) no longer land in a sample; both sides share this process.
@@ -375,7 +403,7 @@ def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | No
         try:
             pairs: dict[str, Any] = {}
             every: dict[str, list[float]] = {m: [] for m in methods}
-            every_internal: dict[str, list[float]] = {m: [] for m in methods if m.startswith("sbrs")}
+            every_internal: dict[str, list[float]] = {m: [] for m in methods if m.startswith("sbrs") or m == "resume"}
             for old in runtime.scenarios:
                 for new in runtime.scenarios:
                     if old == new:
@@ -396,6 +424,8 @@ def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | No
                         if method in internal:
                             row[method]["internal_mean_s"] = round(statistics.fmean(internal[method]), 7)
                             every_internal[method].extend(internal[method])
+                    if "resume" in methods:
+                        row["resume"].update(_resumed(resumed.get(f"{old}->{new}", [])))
                     row["ratios"] = _switching_ratios(row, methods)
                     pairs[f"{old}->{new}"] = row
         finally:
@@ -403,11 +433,20 @@ def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | No
         overall: dict[str, Any] = {m: _summary(every[m]) for m in methods}
         for method, values in every_internal.items():
             overall[method]["internal_mean_s"] = round(statistics.fmean(values), 7)
+        if "resume" in methods:
+            overall["resume"].update(_resumed([r for values in resumed.values() for r in values]))
+            overall["resume"]["mismatches"] = mismatches[0]
         overall["ratios"] = _switching_ratios(overall, methods)
         facts = runtime.facts()
         return {"app": facts["app"], "granularity": facts["granularity"], "repeats": repeats,
                 "transition_arena": runtime.transitions.arena, "schedule": runtime.transition_schedule,
                 "arena_bytes": runtime.arena_bytes, "methods": list(methods), "overall": overall, "pairs": pairs}
+
+
+def _resumed(steps: list[int]) -> dict[str, Any]:
+    """How the ``resume`` samples went: how many continued the frame in flight, the mean steps taken over."""
+    return {"resumed": sum(1 for r in steps if r > 0), "samples": len(steps),
+            "resumed_steps_mean": round(statistics.fmean(steps), 3) if steps else None}
 
 
 def _switching_ratios(row: dict[str, Any], methods: tuple[str, ...]) -> dict[str, float]:
@@ -418,6 +457,8 @@ def _switching_ratios(row: dict[str, Any], methods: tuple[str, ...]) -> dict[str
         ratios = {m: round(row[m]["mean_s"] / row["ort-all"]["mean_s"], 4) for m in methods if m != "ort-all"}
     if "sbrs-cancel" in methods and "ort-cancel" in methods:
         ratios["sbrs-cancel/ort-cancel"] = round(row["sbrs-cancel"]["mean_s"] / row["ort-cancel"]["mean_s"], 4)
+    if "resume" in methods and "sbrs-cancel" in methods:
+        ratios["resume/sbrs-cancel"] = round(row["resume"]["mean_s"] / row["sbrs-cancel"]["mean_s"], 4)
     return ratios
 
 
@@ -442,4 +483,13 @@ def format_switching(report: dict[str, Any]) -> str:
     if recorded:
         lines.append("the runtime's own record of Δ (SwitchRecord, before the caller has the output), mean: "
                      + ", ".join(recorded))
+    if "resume" in methods:
+        resume = report["overall"]["resume"]
+        ratios = report["overall"]["ratios"]
+        lines.append(f"resume: {resume['resumed']} of {resume['samples']} frames continued on the new scenario "
+                     f"(mean {resume['resumed_steps_mean']} new steps taken over), {resume['mismatches']} outputs "
+                     f"differing from the new scenario's own model; Δ resume/ort-all "
+                     f"{ratios.get('resume', float('nan')):.3f}"
+                     + (f", resume/sbrs-cancel {ratios['resume/sbrs-cancel']:.3f}" if "resume/sbrs-cancel" in ratios
+                        else ""))
     return "\n".join(lines)

@@ -23,8 +23,14 @@ from sbrs.memory import Block, Live, Problem, merge_blocks, place
 ARENA_ALIGNMENT = 64
 
 
-def arena_problem(layout: UnitLayout, alignment: int = ARENA_ALIGNMENT) -> Problem:
-    """The memory-planning problem of ``layout``'s boundary tensors (module docstring)."""
+def arena_problem(layout: UnitLayout, alignment: int = ARENA_ALIGNMENT, *, resume: bool = False) -> Problem:
+    """The memory-planning problem of ``layout``'s boundary tensors (module docstring).
+
+    ``resume`` (``runtime.on_switch: resume``, beyond the thesis): for every ordered pair o → n whose sequences
+    share a prefix of P units (``sbrs.compile.layout.shared_prefixes``), the tensors n's units after the prefix
+    read that the prefix produced (or the frame input) are also live on o's timeline from their production to
+    o's last step, so that no later step of o overwrites them: a frame stopped anywhere on o continues on n
+    after the prefix (``sbrs.compile.transitions.ResumeTable``)."""
     units = {unit.id: unit for unit in layout.units}
     blocks: list[Block] = []
     for scenario, calls in layout.sequences.items():
@@ -45,13 +51,37 @@ def arena_problem(layout: UnitLayout, alignment: int = ARENA_ALIGNMENT) -> Probl
             last[tensor] = end
         blocks.extend(Block(tensor, layout.tensor_specs[tensor].nbytes, (Live(scenario, first[tensor], last[tensor]),))
                       for tensor in first)
+    if resume:
+        blocks.extend(_resume_lives(layout))
     return Problem(tuple(merge_blocks(blocks)), alignment=alignment)
 
 
-def plan_layout(layout: UnitLayout, *, app: str, granularity: str, adaptive: tuple[str, ...]) -> UnitPlan:
+def _resume_lives(layout: UnitLayout) -> list[Block]:
+    """The lives ``arena_problem`` adds under ``resume``: each live-in tensor of a shared prefix, on the old
+    scenario's timeline until its last step."""
+    from sbrs.compile.layout import shared_prefixes
+
+    units = {unit.id: unit for unit in layout.units}
+    blocks: list[Block] = []
+    for (old, new), count in shared_prefixes(layout).items():
+        if count == 0:
+            continue
+        calls = layout.sequences[old]
+        produced = {tensor: 0 for tensor in layout.inputs[new].values()}
+        for call, unit_id in enumerate(calls[:count]):
+            produced.update({tensor: call for tensor in units[unit_id].outputs})
+        wanted = {tensor for unit_id in layout.sequences[new][count:] for tensor in units[unit_id].input_tensors[new]}
+        wanted |= set(layout.outputs[new].values())
+        blocks.extend(Block(tensor, layout.tensor_specs[tensor].nbytes, (Live(old, produced[tensor], len(calls) - 1),))
+                      for tensor in sorted(wanted & produced.keys()))
+    return blocks
+
+
+def plan_layout(layout: UnitLayout, *, app: str, granularity: str, adaptive: tuple[str, ...],
+                resume: bool = False) -> UnitPlan:
     """Place ``layout``'s boundary tensors in one arena (``sbrs.memory.place``: planned, verified, bounded) and
-    return the complete ``UnitPlan``."""
-    problem = arena_problem(layout)
+    return the complete ``UnitPlan`` (``resume``: ``arena_problem``'s)."""
+    problem = arena_problem(layout, resume=resume)
     plan = place(problem, what=f"the boundary tensors of app '{app}'")
     offsets: Mapping[str, int] = plan.as_dict()
     tensors = tuple(BoundaryTensor(block.id, layout.tensor_specs[block.id].shape, layout.tensor_specs[block.id].dtype,
@@ -59,5 +89,6 @@ def plan_layout(layout: UnitLayout, *, app: str, granularity: str, adaptive: tup
     return UnitPlan(
         app=app, granularity=granularity, adaptive=adaptive, units=layout.units, sequences=layout.sequences,
         inputs=layout.inputs, outputs=layout.outputs, tensors=tensors, arena_bytes=plan.arena_bytes,
-        alignment=plan.alignment, arena_lower_bound=int(plan.lower_bound_bytes or 0), arena_strategy=plan.strategy,
+        alignment=plan.alignment, arena_lower_bound=int(plan.lower_bound_bytes or 0),
+        arena_strategy=plan.strategy + ("+resume" if resume else ""),
     )

@@ -97,7 +97,8 @@ def _scenario_steps(model: CnnModel, moc: Moc, scenario: str, names: Mapping[str
 
 
 def layout_units(models: Mapping[str, CnnModel], moc: Moc, granularity: str,
-                 share_min_bytes: int = 0, switch_steps: int = 1, min_step_work: int = 0) -> UnitLayout:
+                 share_min_bytes: int = 0, switch_steps: int = 1, min_step_work: int = 0,
+                 resume: bool = False) -> UnitLayout:
     """Cut each scenario's execution sequence into units (module docstring), shared units listed once.
 
     Sharing threshold (``auto`` only; with ``layer`` every step is its own unit anyway, so privatising would
@@ -108,20 +109,51 @@ def layout_units(models: Mapping[str, CnnModel], moc: Moc, granularity: str,
     Switch points (``auto`` only): ``switch_steps`` > 1 cuts every unit whose work exceeds 1/``switch_steps`` of
     a user's frame into pieces of about that share, never smaller than ``min_step_work`` multiply-accumulates
     (``_cut_for_switching``).
+
+    ``resume`` (``runtime.on_switch: resume``, beyond the thesis): the steps of a unit on the shared prefix of two
+    scenarios' sequences are never made private, whatever their weights: a frame stopped on one scenario
+    continues on the other from that prefix (``sbrs.compile.transitions.ResumeTable``), which a private copy
+    would hide (drone: the stem and first block, 0.33 MB of weights, are what all five scenarios share).
     """
     if granularity not in GRANULARITIES:
         raise InputError(f"unknown granularity '{granularity}' (allowed: {', '.join(GRANULARITIES)})",
                          field="runtime.granularity")
     private: frozenset[StepKey] = frozenset()
+    kept: set[StepKey] | None = None  # under ``resume``: the steps of the shared prefixes, from the first cut
     while True:
         layout, scenario_steps = _layout(models, moc, granularity, private, switch_steps, min_step_work)
         if granularity != "auto":
             return layout
+        if kept is None:
+            kept = shared_prefix_keys(layout) if resume else set()
         small = {replace(key, private_to="") for unit in layout.units if len(unit.scenarios) > 1
-                 and _weight_bytes(unit, scenario_steps) < share_min_bytes for key in unit.steps}
+                 and _weight_bytes(unit, scenario_steps) < share_min_bytes for key in unit.steps} - kept
         if not small:
             return layout
         private |= small
+
+
+def shared_prefixes(layout: UnitLayout) -> dict[tuple[str, str], int]:
+    """(o, n) → how many leading units o and n call alike: the same unit bound to the same tensors, hence the
+    same computation on the same values (``sbrs.compile.transitions.common_prefix`` says the same of bytes)."""
+    units = {unit.id: unit for unit in layout.units}
+    prefixes: dict[tuple[str, str], int] = {}
+    for old, a in layout.sequences.items():
+        for new, b in layout.sequences.items():
+            count = 0
+            while (old != new and count < min(len(a), len(b)) and a[count] == b[count]
+                   and units[a[count]].input_tensors[old] == units[a[count]].input_tensors[new]):
+                count += 1
+            if old != new:
+                prefixes[(old, new)] = count
+    return prefixes
+
+
+def shared_prefix_keys(layout: UnitLayout) -> set[StepKey]:
+    """The step keys of every unit on the shared prefix of two scenarios (``shared_prefixes``)."""
+    units = {unit.id: unit for unit in layout.units}
+    return {key for (old, _), count in shared_prefixes(layout).items()
+            for unit_id in layout.sequences[old][:count] for key in units[unit_id].steps}
 
 
 def _cut_for_switching(runs: Mapping[tuple[StepKey, ...], str], sequences: Mapping[str, tuple[str, ...]],

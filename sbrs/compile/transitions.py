@@ -383,7 +383,7 @@ def plan_shadow(plan: UnitPlan) -> tuple[UnitPlan, dict[str, int]]:
     from sbrs.memory import Block, Live, Problem, place
 
     layout = UnitLayout(plan.units, plan.sequences, plan.inputs, plan.outputs, {t.id: t.spec for t in plan.tensors})
-    base = arena_problem(layout, plan.alignment)
+    base = arena_problem(layout, plan.alignment, resume=plan.arena_strategy.endswith("+resume"))
     accesses = {s: step_accesses(plan, s) for s in plan.scenarios}
     extra: dict[str, list[Live]] = {}
     shadow_lives: dict[str, list[Live]] = {}
@@ -413,8 +413,10 @@ def plan_shadow(plan: UnitPlan) -> tuple[UnitPlan, dict[str, int]]:
     offsets = arena.as_dict()
     tensors = tuple(BoundaryTensor(t.id, t.shape, t.dtype, offsets[t.id]) for t in plan.tensors)
     shadow = {t.id: offsets[f"~{t.id}"] for t in plan.tensors}
+    resume = "+resume" if plan.arena_strategy.endswith("+resume") else ""
     shadowed = replace(plan, tensors=tensors, arena_bytes=arena.arena_bytes,
-                       arena_lower_bound=int(arena.lower_bound_bytes or 0), arena_strategy=f"{arena.strategy}+shadow")
+                       arena_lower_bound=int(arena.lower_bound_bytes or 0),
+                       arena_strategy=f"{arena.strategy}+shadow{resume}")
     return shadowed, shadow
 
 
@@ -427,3 +429,194 @@ def _tensor_times(steps: Sequence[StepAccess], time_of: Any) -> dict[str, tuple[
             first, last = spans.get(tensor, (t, t))
             spans[tensor] = (min(first, t), max(last, t))
     return spans
+
+
+# -- resuming the frame in flight on the new scenario (beyond the thesis) -------------------------------------
+
+
+@dataclass(frozen=True)
+class ResumeTable:
+    """Where the frame in flight on ``old`` may continue on ``new`` (``runtime.on_switch: resume``).
+
+    Beyond the thesis: Algorithms 6 and 7 let the frame in flight finish on the old scenario and start the next
+    frame on the new one; SBRS-TP's transition never hands a frame from one scenario to the other. Here a switch
+    request stops the old frame after ``c`` finished steps and the *same* frame continues on ``new`` from new
+    step ``r + 1``: the new scenario's steps 1..r are the old scenario's steps 1..r (the same execution unit,
+    bound to the same tensors: the shared prefix of φ^o and φ^n the supergraph gives, ``common_prefix``), so
+    their outputs already sit in the arena with the values ``new`` would compute, provided no old step after r
+    overwrote a byte that ``new``'s remaining steps still read (its *live-in* tensors at r).
+
+    ``after[c]`` (c = 0..|φ^o|): the deepest such r ≤ c when the old frame stopped between steps c and c + 1;
+    ``during[c]`` (c = 0..|φ^o| - 1): the same when it stopped inside step c + 1 (``RunOptions.terminate``:
+    that call may have written part of its outputs, so they count as written). 0 means nothing can be taken
+    over: the frame runs again from its start on ``new`` (copy-in included), as under ``cancel``.
+    ``prefix``: the length of the shared prefix.
+    """
+
+    old: str
+    new: str
+    prefix: int
+    after: tuple[int, ...]
+    during: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"old": self.old, "new": self.new, "prefix": self.prefix, "after": list(self.after),
+                "during": list(self.during)}
+
+
+def common_prefix(old: Sequence[StepAccess], new: Sequence[StepAccess]) -> int:
+    """How many leading steps ``old`` and ``new`` have in common: the same unit reading and writing the same
+    arena bytes (hence the same tensors: the same computation on the same values, by induction from the frame's
+    copy-in, which belongs to step 1). A last step's copy-out reads count, so a step that ends one scenario's
+    frame and not the other's is not common (conservative)."""
+    count = 0
+    for a, b in zip(old, new, strict=False):
+        if a != b:
+            break
+        count += 1
+    return count
+
+
+def _live_in(new: Sequence[StepAccess], r: int) -> list[Range]:
+    """The byte ranges ``new``'s steps r+1.. (their copy-out included) read from tensors its steps 1..r wrote:
+    what must still hold their values when the frame continues at new step r + 1."""
+    written = {tensor for step in new[:r] for tensor, _, _ in step.writes}
+    return [span for step in new[r:] for span in step.reads if span[0] in written]
+
+
+def resume_table(old_name: str, new_name: str, old: Sequence[StepAccess], new: Sequence[StepAccess]) -> ResumeTable:
+    """The ``ResumeTable`` of ``old_name`` → ``new_name`` from both scenarios' step accesses (``step_accesses``):
+    r is valid after old steps 1..t touched the arena when r ≤ the shared prefix, r ≤ the old steps finished, and
+    no write of old steps r+1..t overlaps a live-in range of ``new`` at r (``_live_in``); the deepest valid r."""
+    prefix = common_prefix(old, new)
+    live = [_live_in(new, r) for r in range(prefix + 1)]
+
+    def deepest(finished: int, touched: int) -> int:
+        for r in range(min(finished, prefix), 0, -1):
+            writes = [w for step in old[r:touched] for w in step.writes]
+            if not any(_overlap(w, span) for w in writes for span in live[r]):
+                return r
+        return 0
+
+    steps = len(old)
+    return ResumeTable(old_name, new_name, prefix, tuple(deepest(c, c) for c in range(steps + 1)),
+                       tuple(deepest(c, c + 1) for c in range(steps)))
+
+
+def resume_tables(plan: UnitPlan) -> dict[tuple[str, str], ResumeTable]:
+    """``resume_table`` of every ordered pair o ≠ n of ``plan``, from the plan's own offsets (the normal slots:
+    a resumed frame runs on them, never on shadow slots). Cheap (run-time, at load)."""
+    accesses = {s: step_accesses(plan, s) for s in plan.scenarios}
+    return {(o, n): resume_table(o, n, accesses[o], accesses[n])
+            for o in plan.scenarios for n in plan.scenarios if o != n}
+
+
+@dataclass(frozen=True)
+class ResumeHazard:
+    """A resume point whose continuation would read a byte not holding what the new scenario's own frame
+    would hold there."""
+
+    old: str
+    new: str
+    finished: int
+    partial: bool
+    resume: int
+    new_step: int
+    detail: str
+
+
+def check_resume(accesses: Mapping[str, Sequence[StepAccess]],
+                 tables: Mapping[tuple[str, str], ResumeTable], *, limit: int = 20) -> list[ResumeHazard]:
+    """Prove resume points safe by simulating the arena symbolically, byte range by byte range.
+
+    Independent of ``resume_table``'s reasoning: every byte carries the *value* last written there, a value
+    being (tensor, unit, the values the unit read) with the frame as the root; a step partly run (stopped by
+    ``terminate``) leaves garbage in what it writes. For each ordered pair, each stop (c finished steps, between
+    or inside step c + 1) and the table's resume point r: run ``old``'s steps, then ``new``'s steps r+1..|φ^n|
+    (from scratch with its copy-in when r = 0), and compare every read — its copy-out included — with what
+    ``new``'s own frame, run alone, reads there. ``accesses`` as ``step_accesses`` gives them (the normal slots).
+    """
+    hazards: list[ResumeHazard] = []
+    values: dict[Any, int] = {"frame": 0, "garbage": 1}  # symbolic values interned: equal values, equal ids
+    for (old, new), table in tables.items():
+        reference = _reads_of_run(accesses[new], [], 0, values)
+        for finished in range(len(accesses[old]) + 1):
+            stops = [(False, table.after[finished])]
+            if finished < len(table.during):
+                stops.append((True, table.during[finished]))
+            for partial, resume in stops:
+                got = _reads_of_run(accesses[new], accesses[old][:finished + partial], resume, values,
+                                    partial=partial)
+                want_reads = [*reference[resume:-1], reference[-1]]  # the new steps left, then the outputs
+                for step, (want, seen) in enumerate(zip(want_reads, got, strict=True), resume + 1):
+                    if want != seen:
+                        hazards.append(ResumeHazard(old, new, finished, partial, resume, step,
+                                                    _describe_reads(want, seen, values)))
+                        if len(hazards) >= limit:
+                            return hazards
+                        break
+    return hazards
+
+
+#: What a step reads, range by range: (tensor, ((start, end, value id), ...)) per read.
+_Reads = list[tuple[str, tuple[tuple[int, int, int], ...]]]
+
+
+def _reads_of_run(new: Sequence[StepAccess], before: Sequence[StepAccess], resume: int, values: dict[Any, int], *,
+                  partial: bool = False) -> list[_Reads]:
+    """Run ``before`` (the old frame's steps, the last one partly when ``partial``) then ``new``'s steps
+    resume+1.. symbolically; the values each new step reads, range by range, then those of the outputs the
+    caller gets (``check_resume``). A value is interned in ``values``: the frame (0), garbage (1), or (tensor,
+    unit, the value ids it read)."""
+    memory: list[tuple[int, int, int]] = []  # disjoint (start, end, value id) segments
+
+    def write(start: int, end: int, value: int) -> None:
+        kept: list[tuple[int, int, int]] = []
+        for a, b, v in memory:
+            if b <= start or end <= a:
+                kept.append((a, b, v))
+                continue
+            if a < start:
+                kept.append((a, start, v))
+            if end < b:
+                kept.append((end, b, v))
+        kept.append((start, end, value))
+        memory[:] = sorted(kept)
+
+    def read(start: int, end: int) -> tuple[tuple[int, int, int], ...]:
+        return tuple((max(a, start), min(b, end), v) for a, b, v in memory if a < end and start < b)
+
+    def run(step: StepAccess, first: bool, broken: bool = False) -> _Reads:
+        read_tensors = {tensor for tensor, _, _ in step.reads}
+        written_tensors = {tensor for tensor, _, _ in step.writes}
+        # the frame's copy-in belongs to step 1: it writes the input slot, which step 1's unit then reads; the
+        # outputs' copy-out belongs to the last step: it reads what the unit wrote (a unit never reads its output)
+        copied_in = {tensor for tensor in written_tensors if first and tensor in read_tensors}
+        for tensor, start, end in step.writes:
+            if tensor in copied_in:
+                write(start, end, 0)
+        reads = [(tensor, read(start, end)) for tensor, start, end in step.reads if tensor not in written_tensors
+                 or tensor in copied_in]
+        for tensor, start, end in step.writes:
+            if tensor not in copied_in:
+                write(start, end, 1 if broken else values.setdefault((tensor, step.unit, tuple(reads)), len(values)))
+        copied_out = [(tensor, read(start, end)) for tensor, start, end in step.reads if tensor in written_tensors
+                      and tensor not in copied_in]
+        return reads + copied_out
+
+    for k, step in enumerate(before):
+        run(step, k == 0, broken=partial and k == len(before) - 1)
+    reads = [run(step, k == 0) for k, step in enumerate(new) if k >= resume]
+    # what the caller gets: the outputs' copy-out at the end, also when no new step was left to run
+    outputs = [(tensor, read(start, end)) for tensor, start, end in new[-1].reads
+               if tensor in {t for t, _, _ in new[-1].writes}]
+    return [*reads, outputs]
+
+
+def _describe_reads(want: _Reads, seen: _Reads, values: dict[Any, int]) -> str:
+    names = {v: k[0] if isinstance(k, tuple) else k for k, v in values.items()}  # a value by its tensor
+    for (tensor, a), (_, b) in zip(want, seen, strict=True):
+        if a != b:
+            return (f"{tensor} holds {[names[v] for *_, v in b]}, its own frame would hold "
+                    f"{[names[v] for *_, v in a]}")
+    return "reads differ"

@@ -33,9 +33,10 @@ acted on is reported to observers as ``request_handled("switch", "replaced")``; 
 (source ``socket`` or ``api``) is reported ``accepted`` when it is acted on. SSRs the policy issues on an
 ``env`` request are not counted as requests (the ``env`` request is).
 
-With ``interrupt`` (``runtime.on_switch: cancel``) the node also tells the runtime, under its lock, whenever a
-switch to another scenario becomes pending and when none is pending any more, so that the frame in flight can
-be given up (``sbrs.runtime.switching.cancelling``); ``abandon`` ends a switch whose first frame was given up that way.
+With ``interrupt`` (``runtime.on_switch: cancel`` or ``resume``) the node also tells the runtime, under its lock,
+whenever a switch to another scenario becomes pending and when none is pending any more, so that the frame in
+flight can be given up (``sbrs.runtime.switching.cancelling``, ``resuming``); ``abandon`` ends a switch whose
+first frame was given up that way.
 
 The node holds no module state; its lock makes every method safe from any thread. ``pending`` is a plain
 attribute read, cheap enough for the frame loop to test at every step.
@@ -92,6 +93,10 @@ class SwitchRecord:
     overlapped); ``overlapped_steps`` the new steps that started before the old frame's last step finished.
     ``cancelled_steps``: under ``runtime.on_switch: cancel``, the old frame in flight was abandoned after this
     many of its steps had finished and run again from its start on the new scenario (None: nothing cancelled).
+    ``resumed_steps``: under ``runtime.on_switch: resume`` (beyond the thesis), the frame in flight was stopped
+    after ``cancelled_steps`` old steps and continued on the new scenario after this many of the new scenario's
+    steps, taken over from the old frame (its shared prefix; 0: run again from its start, as under ``cancel``).
+    None: not resumed.
     """
 
     old: str
@@ -102,11 +107,13 @@ class SwitchRecord:
     ssr_step: int | None
     overlapped_steps: int
     cancelled_steps: int | None = None
+    resumed_steps: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"old": self.old, "new": self.new, "source": self.source, "mode": self.mode,
                 "response_delay_s": round(self.response_delay_s, 6), "ssr_step": self.ssr_step,
-                "overlapped_steps": self.overlapped_steps, "cancelled_steps": self.cancelled_steps}
+                "overlapped_steps": self.overlapped_steps, "cancelled_steps": self.cancelled_steps,
+                "resumed_steps": self.resumed_steps}
 
 
 class _Fsm:
@@ -265,10 +272,12 @@ class ControlNode:
         return record
 
     def record(self, request: SwitchRequest, old: str, first_output: float, *, ssr_step: int | None,
-               overlapped_steps: int, mode: str | None = None, cancelled_steps: int | None = None) -> SwitchRecord:
+               overlapped_steps: int, mode: str | None = None, cancelled_steps: int | None = None,
+               resumed_steps: int | None = None) -> SwitchRecord:
         """The switch's record (Δ from the request's arrival to ``first_output``); changes nothing."""
         return SwitchRecord(old, request.scenario, request.source, mode or self.mode,
-                            max(0.0, first_output - request.arrived), ssr_step, overlapped_steps, cancelled_steps)
+                            max(0.0, first_output - request.arrived), ssr_step, overlapped_steps, cancelled_steps,
+                            resumed_steps)
 
     def settle(self, request: SwitchRequest, record: SwitchRecord) -> None:
         """End the switch of ``request`` with its ``record``: counters, state, observers. ``finish`` in two

@@ -31,7 +31,8 @@ or beside them on a worker thread (``threads``), or, after its last step, before
 are yielded as their outputs exist, so the caller holds the new scenario's output as soon as it is computed,
 and the old frame's result right after (``order="stream"`` keeps stream order). Under ``naive`` the request
 waits for the frame boundary. Under ``runtime.on_switch: cancel`` the frame in flight is given up instead
-and runs again from its start on the new scenario (``cancelling``). The switch paths are in
+and runs again from its start on the new scenario (``cancelling``); under ``resume`` (beyond the thesis) it
+continues on the new scenario from the deepest step both share (``resuming``, docs/RESUME.md). The switch paths are in
 ``sbrs.runtime.switching``; either way the response delay Δ (request arrival → first output of the new
 scenario) is recorded for every switch (``SwitchRecord`` on the frame's result, the node's status, the
 observers' ``switch_done``). What a runtime reports about itself (``facts``, ``memory_report``,
@@ -50,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnxruntime as ort
 
-from sbrs.compile.transitions import TRANSITION_MODES, TransitionPlan
+from sbrs.compile.transitions import TRANSITION_MODES, ResumeTable, TransitionPlan, resume_tables
 from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.ort_env import Threads, create_session, release_free_memory, resolve_providers, use_threads
 from sbrs.outputs.postprocess import FrameMeta, PostProcessor, postprocessors_for, value_of
@@ -65,6 +66,7 @@ from sbrs.runtime.switching import (
     Transition,
     cancelling,
     new_first,
+    resuming,
     start_transition,
     transition_starts,
 )
@@ -92,8 +94,9 @@ TRANSITION_SCHEDULES: tuple[str, ...] = ("priority", "threads")
 #: The order ``Runtime.process`` yields results in: as their outputs exist, or as the frames came.
 RESULT_ORDERS: tuple[str, ...] = ("completion", "stream")
 #: What a switch request does to the frame in flight (app.yaml ``runtime.on_switch``): let it finish on the old
-#: scenario, or cancel it and run that frame again from its start on the new one (``switching.cancelling``).
-ON_SWITCH: tuple[str, ...] = ("finish", "cancel")
+#: scenario, cancel it and run that frame again from its start on the new one (``switching.cancelling``), or
+#: stop it and continue that frame on the new one from the layers both share (``switching.resuming``).
+ON_SWITCH: tuple[str, ...] = ("finish", "cancel", "resume")
 
 
 @dataclass(frozen=True)
@@ -182,8 +185,9 @@ class Runtime:
     otherwise; ``threads`` runs the new frame on a worker thread concurrently with the old one (Algorithm 7's
     parallelism; pays off only with cores to spare, see ``Transition``). ``on_switch`` overrides app.yaml's
     ``runtime.on_switch``: ``finish`` (default) lets the frame in flight finish on the old scenario, ``cancel``
-    abandons it and runs it again on the new one (``cancelling``; no SBRS-TP transition then). ``observers``
-    get the run events.
+    abandons it and runs it again on the new one (``cancelling``; no SBRS-TP transition then), ``resume`` stops it
+    and continues it on the new one from the deepest step both share (``resuming``, beyond the thesis; units
+    only: by parts no step is shared, and it runs as ``cancel``). ``observers`` get the run events.
     """
 
     def __init__(self, config: AppConfig, program: Program, *, transition: str | None = None,
@@ -205,9 +209,10 @@ class Runtime:
         # to another scenario is pending, and ONNX Runtime stops the call in flight at its next node
         self._run_options = ort.RunOptions()
         self._cancellable = True  # whether a request may cancel the frame in flight (``switching.cancelling``)
+        self._in_flight = 0  # under ``resume``: the step whose call runs now (1-based; 0: none)
+        interrupt = {"cancel": self._interrupt, "resume": self._interrupt_resume}.get(self.on_switch)
         self.node = ControlNode(tuple(s.name for s in config.scenarios), config.initial, mode=mode,
-                                observers=self.observers,
-                                interrupt=self._interrupt if self.on_switch == "cancel" else None)
+                                observers=self.observers, interrupt=interrupt)
         # each scenario's post-processor, for its results' ``value`` (a user function is imported here, once)
         self.postprocessors: dict[str, PostProcessor] = postprocessors_for(
             {s.name: s.postprocess for s in config.scenarios}, config.input.shape, config.path,
@@ -266,6 +271,14 @@ class Runtime:
         self._copy_out_reads = bound.copy_out_reads
         self._new_calls, self._new_copy_in, self._new_copy_out = new.calls, new.copy_in, new.copy_out
         self._transition_starts: dict[tuple[str, str], tuple[bool, bool]] = transition_starts(self)
+        # under ``resume``: where a frame stopped on o continues on n (``sbrs.compile.transitions.ResumeTable``),
+        # and which steps of o a request for n lets finish (``_interrupt_resume``)
+        self._resume: dict[tuple[str, str], ResumeTable] = {}
+        if self.on_switch == "resume" and not by_parts:
+            self._resume = resume_tables(plan)  # type: ignore[arg-type]
+        self._resume_keep: dict[tuple[str, str], tuple[bool, ...]] = {
+            pair: tuple(step > 0 and r >= step for step, r in enumerate(table.after))
+            for pair, table in self._resume.items()}
         self.node.loaded(self.facts())
 
     @classmethod
@@ -277,7 +290,8 @@ class Runtime:
 
         program, mode = app_program(app, granularity=granularity, parts=parts, transition=transition,
                                     transition_arena=transition_arena,
-                                    transition_schedule=options.get("transition_schedule", "priority"))
+                                    transition_schedule=options.get("transition_schedule", "priority"),
+                                    on_switch=options.get("on_switch"))
         return cls(app.config, program, transition=mode, **options)
 
     @classmethod
@@ -318,6 +332,18 @@ class Runtime:
     def _interrupt(self, cancel: bool) -> None:
         """The control node's ``interrupt`` under ``on_switch: cancel`` (called under its lock): cancel the frame
         in flight unless it is already one run again after a cancellation (``switching.cancelling``)."""
+        self._run_options.terminate = cancel and self._cancellable
+
+    def _interrupt_resume(self, cancel: bool) -> None:
+        """The control node's ``interrupt`` under ``on_switch: resume`` (called under its lock): as ``_interrupt``,
+        but a step of the old frame that the pending request's scenario would run itself (one of their shared
+        prefix, kept intact: ``_resume_keep``) is let finish, since its work is the new scenario's
+        (``switching.resuming`` stops the frame right after it)."""
+        step, pending = self._in_flight, self.node.pending
+        if cancel and self._cancellable and step and pending is not None:
+            keep = self._resume_keep.get((self.node.scenario, pending.scenario))
+            if keep is not None and keep[step]:
+                cancel = False
         self._run_options.terminate = cancel and self._cancellable
 
     # -- what it is ---------------------------------------------------------------------------------------
@@ -500,6 +526,8 @@ class Runtime:
             raise SbrsRuntimeError("the runtime is closed")
         if self.on_switch == "cancel":
             return cancelling(self, arrays, index, inject)
+        if self.on_switch == "resume":
+            return resuming(self, arrays, index, inject)
         node = self.node
         if node.pending is None or len(self._unsettled) >= MAX_UNSETTLED:
             self._settle()  # else the switch goes first; the bookkeeping waits (bounded, requests may never stop)
@@ -532,15 +560,17 @@ class Runtime:
         return self._old_frame_result(scenario, index, begin, request, previous, mode)
 
     def _old_frame_result(self, scenario: str, index: int, begin: float, request: SwitchRequest | None,
-                          previous: str, mode: str, cancelled_steps: int | None = None) -> FrameResult:
+                          previous: str, mode: str, cancelled_steps: int | None = None,
+                          resumed_steps: int | None = None) -> FrameResult:
         """A frame computed on ``scenario`` from ``begin``, copied out now: its result, with the record of the
-        switch it was the first frame of (``request`` from ``previous``, at a frame boundary) if any."""
+        switch it was the first frame of (``request`` from ``previous``, at a frame boundary, or stopped and
+        run again or resumed: ``cancelled_steps``, ``resumed_steps``) if any."""
         outputs = {name: copy() for name, copy in self._copy_out[scenario].items()}
         done = time.perf_counter()
         record = None
         if request is not None:
             record = self.node.record(request, previous, done, ssr_step=None, overlapped_steps=0, mode=mode,
-                                      cancelled_steps=cancelled_steps)
+                                      cancelled_steps=cancelled_steps, resumed_steps=resumed_steps)
         self._unsettled.append((scenario, done - begin, request, record))
         return FrameResult(index, scenario, outputs, done - begin, record, self.postprocessors)
 

@@ -31,7 +31,8 @@ class RunObserver(Protocol):
 
     def frame_cancelled(self, scenario: str, steps_done: int) -> None:
         """A frame on ``scenario`` was abandoned after ``steps_done`` steps for a switch (``runtime.on_switch:
-        cancel``); the same frame runs again from its start on the new scenario, so no frame is lost."""
+        cancel``); the same frame runs again from its start on the new scenario, so no frame is lost (under
+        ``resume``: it continues on the new scenario from the steps both share)."""
 
     def switch_done(self, old: str, new: str, response_delay_s: float) -> None:
         """A switch ended: Δ = time from the request's arrival to the first output of ``new`` (thesis 5.9)."""

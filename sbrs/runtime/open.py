@@ -108,6 +108,11 @@ def _same_config(built: AppConfig, loaded: AppConfig) -> bool:
 
 
 def _build_fits(build: LoadedBuild, options: Mapping[str, Any]) -> bool:
+    # units and arena made for ``on_switch: resume`` (the app's, when its build was made) or not: a runtime asking
+    # for resume runs a build made for it, and the others a build made without it
+    built = build.config.runtime.on_switch
+    if build.parts is None and ((options.get("on_switch") or built) == "resume") != (built == "resume"):
+        return False
     mode = options.get("transition") or build.config.runtime.transition
     arena = options.get("transition_arena") or (build.transition_arena if mode == build.transition else
                                                 "shadow" if mode == "sbrs-tp" else "shared")
@@ -123,10 +128,12 @@ def runtime_of_build(build: LoadedBuild, **options: Any) -> Runtime:
 
 
 def app_program(app: App, *, granularity: str | None, parts: PartsPlan | None, transition: str | None,
-                transition_arena: str | None, transition_schedule: str) -> tuple[Program, str]:
+                transition_arena: str | None, transition_schedule: str,
+                on_switch: str | None = None) -> tuple[Program, str]:
     """What a runtime of ``app`` compiled in memory executes, and its transition mode: ``parts`` (band calls,
     one shared arena), else the MoC (Algorithm 5) cut into execution units, their arena planned, with shadow
-    slots under SBRS-TP and the transition tables (Algorithm 6)."""
+    slots under SBRS-TP and the transition tables (Algorithm 6); under ``on_switch`` (default the app's)
+    ``resume``, units and arena made for resuming (``build_unit_plan``)."""
     from sbrs.runtime.engine import Program, runtime_options
 
     config = app.config
@@ -148,7 +155,7 @@ def app_program(app: App, *, granularity: str | None, parts: PartsPlan | None, t
 
     mode, arena = runtime_options(config, transition, transition_arena, transition_schedule)
     moc = derive_moc(app.models, config.adaptive)
-    plan = build_unit_plan(app, granularity, moc, transition=mode)
+    plan = build_unit_plan(app, granularity, moc, transition=mode, on_switch=on_switch)
     # The model's figures (thesis Eq. 2.6-2.7), kept because the models themselves are not.
     model_bytes = {"params_bytes": params_bytes(app.models.values()),
                    "naive_bytes": sum(naive_buffer_bytes(m) for m in app.models.values())}
@@ -244,15 +251,15 @@ def open_runtime(app_path: str | Path, *, granularity: str | None = None, transi
         logger.info("sbrs run: the build's ONNX Runtime-optimised models were made on another machine or "
                     "onnxruntime (%s); loading its portable models instead (a slower start; `sbrs build %s` here "
                     "makes them for this machine)", build.optimized_for, app_path)
-    if _build_fits(build, {"granularity": granularity, "transition": transition, **options}):
+    if _build_fits(build, {"granularity": granularity, "transition": transition, "on_switch": on_switch, **options}):
         if build.parts is not None and granularity is not None:
             logger.info("sbrs run: the app runs by parts under its memory limit; --granularity %s does not apply",
                         granularity)
         runtime = runtime_of_build(build, granularity=granularity, transition=transition, on_switch=on_switch,
                                    observers=observers, **options)
         return runtime, build.config, build.scenario_memory_mb
-    logger.info("sbrs run: the build is for granularity %s, transition %s; compiling the requested options in "
-                "memory", build.granularity, build.transition)
+    logger.info("sbrs run: the build is for granularity %s, transition %s, on_switch %s; compiling the requested "
+                "options in memory", build.granularity, build.transition, build.config.runtime.on_switch)
     from sbrs.app import load_app
     from sbrs.artifact.write import scenario_memory_mb
 

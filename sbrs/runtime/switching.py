@@ -11,6 +11,9 @@ request is pending. What happens then is here:
   writes nothing the copy-out reads (every switch of a one-step app goes this way).
 - ``cancelling``: ``runtime.on_switch: cancel``: the frame in flight is given up (ONNX Runtime's
   ``RunOptions.terminate``, or between two steps) and runs again from its start on the new scenario.
+- ``resuming``: ``runtime.on_switch: resume`` (beyond the thesis): the frame in flight is stopped the same way
+  and continues on the new scenario from the deepest step whose computed tensors the new scenario shares
+  (``sbrs.compile.transitions.ResumeTable``); with nothing shared, as ``cancelling``.
 
 ``transition_starts`` decides once, at load, for every ordered pair whether a transition can help at all, so
 that the test in a switch's critical path is one dictionary lookup. Everything here reads and writes the
@@ -213,6 +216,87 @@ def cancelling(runtime: Runtime, arrays: Mapping[str, np.ndarray], index: int,
         if request is not None:  # this frame was the first of a switch that now ends without an output
             node.abandon(request)
         cancelled = done
+
+
+def resuming(runtime: Runtime, arrays: Mapping[str, np.ndarray], index: int,
+             inject: tuple[int, str] | None) -> FrameResult:
+    """Run frame ``index`` under ``on_switch: resume``. The caller holds the lock.
+
+    Beyond the thesis (Algorithms 6 and 7 always finish the frame in flight on the old scenario): a switch
+    request for another scenario n stops the frame in flight on o as ``cancelling`` does — between two steps, or
+    inside a call through ``RunOptions.terminate``, which the runtime sets only when the step in flight is not
+    one n would run itself (``Runtime._interrupt_resume``: a step of the shared prefix is let finish, its work is
+    n's) — and then *the same frame continues on n* from new step r + 1, where r is the deepest point whose
+    computed tensors n's execution sequence consumes unchanged (``sbrs.compile.transitions.ResumeTable``: the
+    shared prefix of φ^o and φ^n, its live-in tensors still intact in the arena). r = 0 (nothing shared yet, or
+    the shared tensors overwritten since) is ``cancel``: the frame runs again from its start on n. So the frame
+    is never lost, its one result comes from n and equals n's own model on it, and Δ is n's remaining steps.
+    The record says where it resumed (``SwitchRecord.resumed_steps``: r; ``cancelled_steps``: the old steps
+    finished); observers get ``frame_cancelled`` for the old scenario's abandoned frame. As under ``cancel``,
+    a frame is stopped at most once (later requests wait for its end), and a request seen after the last step
+    finds the frame complete: the switch happens at the frame boundary. No SBRS-TP transition runs here.
+    """
+    node = runtime.node
+    tables = runtime._resume
+    if node.pending is None or len(runtime._unsettled) >= MAX_UNSETTLED:
+        runtime._settle()
+    previous = node.scenario
+    runtime._cancellable = True  # (a request arriving now is taken by ``take`` below, which clears terminate)
+    request = node.take()  # clears ``terminate`` under the node's lock when it takes a request
+    scenario = node.scenario
+    calls = runtime._calls[scenario]
+    last = len(calls)
+    begin = time.perf_counter()
+    for array in arrays.values():
+        runtime._copy_in[scenario](array)
+    done = 0
+    partial = False
+    try:
+        for call in calls:
+            if inject is not None and inject[0] == done + 1:
+                node.request(inject[1], "bench")
+            runtime._in_flight = done + 1
+            call()
+            done += 1
+            if done == 1 and request is not None and last > 1:
+                node.begin(request)
+            pending = node.pending
+            if done < last and pending is not None and pending.scenario != scenario:
+                break
+        else:
+            runtime._in_flight = 0
+            return runtime._old_frame_result(scenario, index, begin, request, previous, node.mode)
+    except Exception as error:  # onnxruntime raises RuntimeError (IOBinding) or its own Fail for it
+        if TERMINATED not in str(error):
+            raise
+        partial = True
+    runtime._in_flight = 0
+    runtime._cancellable = False  # before ``take`` clears terminate: later requests leave it cleared
+    switch = node.take()
+    if switch is None:  # the request went back to this scenario meanwhile: the frame goes on where it stopped,
+        if partial:  # or, when a call was stopped inside, from its start (a band call's line-buffer moves ran)
+            done = 0
+            for array in arrays.values():
+                runtime._copy_in[scenario](array)
+        for call in calls[done:]:
+            call()
+        return runtime._old_frame_result(scenario, index, begin, request, previous, node.mode)
+    node.frame_cancelled(scenario, done)
+    if request is not None:  # this frame was the first of a switch that now ends without an output of its own
+        node.abandon(request)
+    old, new = scenario, switch.scenario
+    table = tables.get((old, new))
+    resume = 0 if table is None else (table.during[done] if partial else table.after[done])
+    new_calls = runtime._calls[new]
+    if resume == 0:
+        for array in arrays.values():
+            runtime._copy_in[new](array)
+    count = len(new_calls)
+    for step in range(resume, count):
+        new_calls[step]()
+        if step == resume and count - resume > 1:
+            node.begin(switch)
+    return runtime._old_frame_result(new, index, begin, switch, old, "resume", done, resume)
 
 
 class Transition:

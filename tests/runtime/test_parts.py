@@ -237,9 +237,33 @@ def test_cancelling_the_frame_in_flight_by_parts(app: App, refs: References) -> 
                 assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]), where)
 
 
+def test_resume_by_parts_runs_the_frame_again_as_cancel(app: App, refs: References) -> None:
+    """``on_switch: resume`` by parts: every scenario's line buffers are its own, so no band call is shared and
+    nothing can be taken over: the frame runs again from its start on the new scenario (``resumed_steps`` 0)."""
+    from tests.runtime.test_cancel import request_at_step
+
+    frames = [random_frame(app, seed) for seed in range(3)]
+    with runtime_for(app, on_switch="resume") as rt:
+        assert rt.execution == "parts" and rt._resume == {}
+        steps = len(rt._calls["full"])
+        for step, after in ((1, False), (steps // 2, True)):
+            rt.switch("full")
+            rt.infer(frames[0])
+            with request_at_step(rt, "full", step, lambda: rt.switch("skip"), after=after):
+                results = list(rt.process(frames))
+            where = f"resume {'after' if after else 'at'} call {step}/{steps}"
+            assert [(r.index, r.scenario) for r in results] == [(0, "skip"), (1, "skip"), (2, "skip")], where
+            record = results[0].switch
+            assert record is not None and record.mode == "resume" and record.resumed_steps == 0, where
+            assert record.cancelled_steps == (step if after else step - 1), where
+            for result in results:
+                assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]), where)
+
+
 @pytest.mark.parametrize(("transition", "schedule", "on_switch"),
                          [("sbrs-tp", "priority", "finish"), ("sbrs-tp", "threads", "finish"),
-                          ("naive", "priority", "finish"), ("sbrs-tp", "priority", "cancel")])
+                          ("naive", "priority", "finish"), ("sbrs-tp", "priority", "cancel"),
+                          ("sbrs-tp", "priority", "resume")])
 def test_switches_from_three_threads_never_lose_a_frame(app: App, refs: References, transition: str,
                                                         schedule: str, on_switch: str) -> None:
     from tests.runtime.test_switching_stress import DISTINCT_FRAMES, stress

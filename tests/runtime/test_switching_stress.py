@@ -1,7 +1,7 @@
 """Switch requests from several threads at random moments while ``process`` runs (invariant 4 under races).
 
 Every example app, every transition mode, arena and schedule, cancelling the frame in flight on a switch
-(``on_switch: cancel``) or not, and both delivery orders: for a bounded time,
+(``on_switch: cancel``), continuing it on the new scenario (``resume``) or not, and both delivery orders: for a bounded time,
 three threads send switch requests (random scenario, 0-2 ms apart) while frames arrive from a paced source
 (0-1 ms apart, so the runtime also waits on the source while a request may replace the pending one). The run
 must raise nothing, yield every frame exactly once (indices 0..N-1, in stream order when asked for) and each
@@ -30,7 +30,8 @@ SECONDS_PER_CASE = 0.8
 #: (transition, arena, schedule, on_switch) of every runtime configuration a switch can run under
 CONFIGURATIONS = (("naive", "shared", "priority", "finish"), ("sbrs-tp", "shadow", "priority", "finish"),
                   ("sbrs-tp", "shadow", "threads", "finish"), ("sbrs-tp", "shared", "priority", "finish"),
-                  ("sbrs-tp", "shared", "threads", "finish"), ("sbrs-tp", "shadow", "priority", "cancel"))
+                  ("sbrs-tp", "shared", "threads", "finish"), ("sbrs-tp", "shadow", "priority", "cancel"),
+                  ("sbrs-tp", "shadow", "priority", "resume"))
 
 
 def stress(runtime: Runtime, frames: list[np.ndarray], seconds: float, seed: int, order: str) -> list:
