@@ -522,8 +522,9 @@ def _report_arguments(report: argparse.ArgumentParser) -> None:
     report.add_argument("--switching", default=None, metavar="FILE.json",
                         help="an `sbrs bench APP.yaml --switching --json` report: the switch timeline")
     report.add_argument("--measure", action="store_true",
-                        help="make short bench runs for what --bench/--switching do not give (slower; default: "
-                             "only the plan, and the page says what is missing)")
+                        help="make short bench runs for what --bench/--switching do not give, and a short reduction "
+                             "search for the Pareto front of an app without a saved one (slower; default: only the "
+                             "plan, and the page says what is missing)")
     report.add_argument("--json", action="store_true", help="print one JSON object: the files written, what is missing")
 
 

@@ -2,10 +2,12 @@
 
 Every figure comes from ``/proc/PID/smaps`` of a process this module starts, read while the process waits at a
 known point (``sbrs.bench.probes``), beside an interpreter that imported only numpy and onnxruntime (the
-*bare* baseline), alive at the same time, so that the pages of shared libraries both map are shared the same
-way in both. PSS counts a page once however many mappings hold it (the weights several sessions map from one
-file), RSS once per mapping; both are given above the baseline. Other processes that map the same libraries at
-the same moment (another ONNX Runtime program) lower PSS: measure on a quiet machine.
+*bare* baseline), started with it and alive at the same time, so that the pages of shared libraries both map
+are shared, and age, the same way in both. PSS counts a page once however many mappings hold it (the weights
+several sessions map from one file), RSS once per mapping; both are given above the baseline. Other processes
+that map the same libraries at the same moment (another ONNX Runtime program) lower PSS: measure on a quiet
+machine. A kernel that drops file pages nobody touched for a while (DAMON's pageout on the development VM: a
+minute) lowers the PSS of code and weights as a process ages; the figures are read seconds after start.
 
 The processes, each fresh, one after another:
 
@@ -266,46 +268,79 @@ def _wait_for_frames(process: subprocess.Popen[str], socket_path: str, scenario:
     raise SbrsRuntimeError(f"bench: scenario {scenario} did not run {frames} frames in {STAGE_TIMEOUT_S:g} s")
 
 
-def plan_figures(app_path: str | Path) -> dict[str, int]:
-    """The plan of the app's current build (``sbrs.compile.footprint``: parameters as executed, every tensor,
-    transition room), in bytes."""
-    from sbrs.artifact.read import load_build
+def build_facts(app_path: str | Path) -> dict[str, Any]:
+    """What the probes need from the app's current build, read from its manifest as JSON (nothing imported
+    that maps a library the probes map): the app's name, input, each scenario's model file and the plan
+    (``sbrs.compile.footprint``: parameters as executed, every tensor, transition room, in bytes)."""
+    from sbrs.artifact.read import MANIFEST, build_dir
 
-    footprint = load_build(app_path).footprint
-    assert footprint is not None  # every build records it
-    return footprint.to_dict()
+    folder = build_dir(app_path)
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        config, footprint = manifest["config"], manifest["footprint"]
+        return {"app": str(config["name"]), "input": dict(config["input"]), "plan": dict(footprint),
+                "models": [str(Path(s["model_path"]).resolve()) for s in config["scenarios"]]}
+    except (OSError, ValueError, KeyError, TypeError):
+        raise InputError(f"no readable build; run `sbrs build {app_path}` first", file=str(folder)) from None
+
+
+#: Modules whose libraries the probes map: a measuring process holding them shares their pages with every probe
+#: and lowers each one's PSS by a different amount (``measure_device_memory`` measures from a clean process).
+SHARED_LIBRARY_MODULES: tuple[str, ...] = ("numpy", "onnxruntime", "onnx")
 
 
 def measure_device_memory(app_path: str | Path, *, frames: int = FRAMES) -> dict[str, Any]:
     """Device memory of ``sbrs run``, the Python API and plain ONNX Runtime for the app's current build (module
-    docstring), with the plan and the bound beside them; JSON-ready, bytes."""
+    docstring), with the plan and the bound beside them; JSON-ready, bytes.
+
+    A process that has numpy or ONNX Runtime loaded (``sbrs bench`` measuring throughput first) would share
+    their pages with every probe: PSS divides a page among the processes mapping it, so each probe would count
+    less of ONNX Runtime's library than on a device where it runs alone. Such a caller measures from a fresh
+    child (``python -m sbrs.bench.device_memory``) that imports neither."""
     if frames < 1:
         raise InputError(f"frames {frames} must be >= 1", field="frames")
-    from sbrs.app.config import load_app_config
-    from sbrs.artifact.read import build_dir
-
     app_path = Path(app_path).resolve()
-    config = load_app_config(app_path)
-    plan = plan_figures(app_path)
-    models = [str(Path(s.model_path).resolve()) for s in config.scenarios]
-    weights = (str(build_dir(app_path)) + os.sep, *sorted({str(Path(m).parent) + os.sep for m in models}))
-    ort_args = {"shape": list(config.input.shape), "dtype": config.input.dtype, "frames": frames}
+    if any(name in sys.modules for name in SHARED_LIBRARY_MODULES):
+        return _measure_in_child(app_path, frames)
+    facts = build_facts(app_path)
+    plan, models = facts["plan"], facts["models"]
+    weights = (str(app_path.with_name(f"{app_path.stem}.build")) + os.sep,
+               *sorted({str(Path(m).parent) + os.sep for m in models}))
+    ort_args = {"shape": list(facts["input"]["shape"]), "dtype": facts["input"]["dtype"], "frames": frames}
     largest = max(models, key=lambda path: Path(path).stat().st_size)
-    report: dict[str, Any] = {"app": config.name, "frames_per_scenario": frames, "plan": plan,
+    report: dict[str, Any] = {"app": facts["app"], "frames_per_scenario": frames, "plan": plan,
                               "bound_bytes": int(BOUND_FACTOR * plan["plan_bytes"] + BOUND_FIXED_BYTES)}
+    # Each process is read beside a bare interpreter started with it: both import the same libraries at the same
+    # moment, so a page of them that the machine drops while nobody touches it (a kernel's reclaim of cold file
+    # pages, e.g. DAMON's pageout) is dropped from both alike; one baseline kept alive across every process
+    # aged differently (measured: 42.5 against 34.6 MB of its own PSS an hour apart, every figure above it moving).
     with bare_interpreter() as bare:
         alone = read_process(bare.pid)
         report["bare_pss_bytes"], report["bare_rss_bytes"] = alone.pss_total, alone.rss_total
         report["sbrs_run"] = measure_sbrs_run(app_path, bare, weights, frames)
+    with bare_interpreter() as bare:
         report["python_api"] = staged(_probe("python_api", "python_api.py", str(app_path), str(frames),
                                              weights=weights), bare)
+    with bare_interpreter() as bare:
         report["plain_ort"] = staged(_probe("plain_ort", "plain_ort.py", json.dumps({"models": models, **ort_args}),
                                             weights=weights), bare)
+    with bare_interpreter() as bare:
         report["plain_ort_active"] = staged(_probe("plain_ort_active", "plain_ort.py",
                                                    json.dumps({"models": [largest], **ort_args}), weights=weights),
                                             bare)
     report["summary"] = summarize(report)
     return report
+
+
+def _measure_in_child(app_path: Path, frames: int) -> dict[str, Any]:
+    """``measure_device_memory`` in a fresh interpreter (run from the probes' folder, so that a folder named
+    ``sbrs`` where the user stands is never imported); its one-line error becomes this process's."""
+    result = subprocess.run([sys.executable, "-m", "sbrs.bench.device_memory", str(app_path), str(frames)],
+                            cwd=PROBES, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        last = (result.stderr or "").strip().splitlines()
+        raise SbrsRuntimeError(f"bench: measuring device memory failed: {last[-1] if last else result.returncode}")
+    return json.loads(result.stdout)
 
 
 def summarize(report: Mapping[str, Any]) -> dict[str, Any]:
@@ -358,3 +393,20 @@ def format_device_memory(report: Mapping[str, Any]) -> str:
     lines.append("where sbrs.runtime_for's PSS goes (MB): " + ", ".join(
         f"{name.replace('_', ' ')} {value / mb:.1f}" for name, value in summary["where_it_goes_pss_bytes"].items()))
     return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """``python -m sbrs.bench.device_memory APP.yaml FRAMES``: the report as one JSON object on stdout."""
+    from sbrs.errors import SbrsError
+
+    try:
+        report = measure_device_memory(argv[0], frames=int(argv[1]))
+    except SbrsError as error:
+        print(f"sbrs bench: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

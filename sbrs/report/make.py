@@ -9,7 +9,10 @@ The default is fast: the MoC and the plan only (the saved ``APP.plan.json`` when
 memory). The measured pictures read runs the user already made (``sbrs bench --json`` for device memory and
 throughput, ``sbrs bench --switching --json`` for the timeline), or, with ``measure``, make short ones here.
 The Pareto front is the one ``sbrs build`` saved in the plan for the app's ``memory_limit_mb``: the search is
-not run again here (it takes minutes on a large app, and its result must be the one the build runs).
+not run again here (its result must be the one the build runs). An app without a saved search gets a front with
+``measure`` only: a short search here (``front_search``: analytic cost model, a small population, nothing
+saved), as if the limit were just under the app's unreduced plan, so that the picture shows what processing by
+parts would trade; the page says so.
 """
 
 from __future__ import annotations
@@ -112,36 +115,63 @@ def make_report(app_path: str | Path, out_dir: str | Path, *, bench_path: str | 
     netron.supergraph_onnx(moc, app.name, path("netron"))
     netron.supergraph_json(moc, path("moc_json"))
     reduction = saved_reduction(app)
+    searched_here = False
+    if reduction is None and measure:
+        reduction, searched_here = front_search(app, plan), True
     figures.memory_figure(plan, app.name, path("memory"), limit_mb=app.config.memory_limit_mb, bench=bench,
-                          reduction=reduction)
+                          reduction=None if searched_here else reduction)
     if switching is not None:
         figures.switching_figure(switching, path("switching"))
     else:
         missing["switching"] = (f"No switch timeline: no switching run was given. Make one with `sbrs bench "
                                 f"{app_path} --switching --json > switching.json` and pass `--switching "
                                 "switching.json`, or let `sbrs report --measure` make a short one.")
-    if app.config.memory_limit_mb is None:
+    if searched_here:
+        assert reduction is not None
+        figures.pareto_figure(reduction, app.name, path("pareto"))
+    elif app.config.memory_limit_mb is None:
         missing["pareto"] = ("No Pareto front: this app sets no memory_limit_mb, so nothing is processed by parts "
                              "and no reduction search ran. Set memory_limit_mb in the app file and run "
-                             f"`sbrs build {app_path}` to see the trade-off between memory and throughput.")
+                             f"`sbrs build {app_path}`, or let `sbrs report --measure` run a short search, to see "
+                             "the trade-off between memory and throughput.")
     elif reduction is None or not reduction.get("pareto"):
         missing["pareto"] = (f"No Pareto front: the app's plan holds no reduction search for its memory_limit_mb "
                              f"of {app.config.memory_limit_mb:g} MB (no current plan file beside the app). Run "
                              f"`sbrs build {app_path}` first.")
     else:
         figures.pareto_figure(reduction, app.name, path("pareto"))
-    sections = _sections(app, summary, format_summary(summary), files, missing, bench, switching, reduction)
+    sections = _sections(app, summary, format_summary(summary), files, missing, bench, switching, reduction,
+                         searched_here)
     write_page(path("page"), f"sbrs report: app {app.name}",
                [f"Made by sbrs {__version__} from {app_path}. The pictures are inside this page: it opens offline. "
                 "Each section says where its figures come from."], sections)
     return Report(folder=folder, files=files, missing=missing)
 
 
+#: The short search of ``front_search`` (``sbrs build``'s default: population 24, 16 generations).
+FRONT_POPULATION = 12
+FRONT_GENERATIONS = 6
+
+
+def front_search(app: Any, plan: Any) -> dict[str, Any]:
+    """A reduction search for the report of an app without one saved: Algorithm 9 as ``sbrs build`` runs it,
+    under the analytic cost model (``FRONT_POPULATION``, ``FRONT_GENERATIONS``), the limit one byte under the
+    unreduced plan (so the search runs; every point of the front is a configuration such a limit could
+    choose)."""
+    from sbrs.reduction import GaParams
+    from sbrs.reduction.search import reduce_app
+
+    unreduced = plan.memory.params_bytes + plan.memory.arena_bytes
+    logger.info("report: a short reduction search for the Pareto front (analytic cost model)")
+    return reduce_app(app, plan, unreduced - 1,
+                      params=GaParams(population=FRONT_POPULATION, generations=FRONT_GENERATIONS))
+
+
 def _sections(app: Any, summary: Mapping[str, Any], summary_text: str, files: Mapping[str, Path],
               missing: Mapping[str, str], bench: Mapping[str, Any] | None, switching: Mapping[str, Any] | None,
-              reduction: Mapping[str, Any] | None) -> list[Section]:
+              reduction: Mapping[str, Any] | None, searched_here: bool = False) -> list[Section]:
     """The page's sections, in the order a newcomer asks: what is shared, what memory it saves, how a switch
-    unfolds, what processing by parts trades."""
+    unfolds, what processing by parts trades (``searched_here``: a front of ``front_search``, not a build's)."""
     sections = [
         Section("summary", "Summary", ["What `sbrs inspect APP.yaml` prints first; the memory figures are planned "
                                        "from the models (the app's plan)."], preformatted=summary_text),
@@ -154,9 +184,9 @@ def _sections(app: Any, summary: Mapping[str, Any], summary_text: str, files: Ma
             links=[(FILES["netron"], "the supergraph as an ONNX graph, for Netron (netron.app or `pip install "
                                      "netron`); each node names its scenarios, reuse and control parameters"),
                    (FILES["moc_json"], "the whole MoC as JSON (supergraph, control node, control edges)")]),
-        _memory_section(summary, files, bench, reduction),
+        _memory_section(summary, files, bench, None if searched_here else reduction),
         _switching_section(files, missing, switching),
-        _pareto_section(files, missing, reduction),
+        _pareto_section(files, missing, reduction, searched_here),
     ]
     return sections
 
@@ -212,11 +242,18 @@ def _switching_section(files: Mapping[str, Path], missing: Mapping[str, str],
 
 
 def _pareto_section(files: Mapping[str, Path], missing: Mapping[str, str],
-                    reduction: Mapping[str, Any] | None) -> Section:
+                    reduction: Mapping[str, Any] | None, searched_here: bool = False) -> Section:
     text = ["Under a memory limit that buffer reuse alone misses, `sbrs build` searches band heights for processing "
             "by parts (NSGA-II over memory and each scenario's fps) and keeps the fastest configuration within the "
             "limit. Each point of the front is a configuration no other beats on both memory and fps; the star is "
             "the one chosen and run."]
+    if searched_here and reduction is not None:
+        text.append("This app sets no memory_limit_mb and runs unreduced: this front comes from a short search made "
+                    f"for this report (analytic cost model, population {FRONT_POPULATION}, "
+                    f"{FRONT_GENERATIONS} generations, nothing saved), as if the limit were just under the "
+                    f"unreduced plan of {_mb(reduction['unreduced']['memory_bytes'])} MB; its smallest point is "
+                    f"{_mb(min(p['memory_bytes'] for p in reduction['pareto']))} MB. `sbrs build` with a "
+                    "memory_limit_mb searches longer, under the cost model measured on this machine.")
     tables = []
     if "pareto" in files and reduction is not None:
         chosen = reduction["chosen"]

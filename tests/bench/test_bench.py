@@ -56,3 +56,17 @@ def test_bench_switching_reports_caller_side_delays(capsys: pytest.CaptureFixtur
     assert "sbrs-tp/ort-all" in capsys.readouterr().out
     assert main(["bench", TINY, "--switching", "--methods", "sbrs-tp,nope"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+def test_device_memory_without_a_build_is_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The probes read the build's manifest only; no build is one line naming the folder, from a clean child
+    too (this process holds numpy, so the measuring runs in one)."""
+    from sbrs.bench.device_memory import build_facts, measure_device_memory
+    from sbrs.errors import InputError, SbrsRuntimeError
+
+    app = tmp_path / "none.yaml"
+    app.write_text("name: none\n")
+    with pytest.raises(InputError, match=r"none\.build.*sbrs build"):
+        build_facts(app)
+    with pytest.raises(SbrsRuntimeError, match="no readable build"):
+        measure_device_memory(app, frames=1)

@@ -61,7 +61,8 @@ def _report(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A report of tiny with short bench runs made for it (``--measure``): every picture but the Pareto front."""
+    """A report of tiny with short bench runs and a short reduction search made for it (``--measure``): every
+    picture, the Pareto front of a search run for the report (tiny sets no memory_limit_mb)."""
     folder = tmp_path_factory.mktemp("measured")
     assert main(["report", str(TINY), "-o", str(folder), "--measure", "-q"]) == 0
     return folder
@@ -109,9 +110,10 @@ def test_the_supergraph_exports_open_as_onnx_and_json(tmp_path: Path, capsys: py
 
 
 def test_measure_draws_every_measured_picture_and_keeps_the_runs(measured: Path) -> None:
-    page = _assert_valid(measured, {"supergraph.png", "memory.png", "switching.png"})
+    page = _assert_valid(measured, {"supergraph.png", "memory.png", "switching.png", "pareto.png"})
     text = " ".join(" ".join(page.text).split())
     assert "No measured device memory" not in text and "No switch timeline" not in text
+    assert "No Pareto front" not in text and "a short search made for this report" in text
     assert "sbrs-tp" in text  # the switching table
     assert json.loads((measured / "bench.json").read_text())["device_memory"]["plan"]["plan_bytes"] > 0
     assert json.loads((measured / "switching.json").read_text())["pairs"]
