@@ -171,3 +171,18 @@ def test_bad_inputs_are_one_line_naming_file_and_field(measured: Path, tmp_path:
     assert "no such file" in _error(capsys, str(TINY), "-o", out, "--bench", str(tmp_path / "absent.json"))
     assert "-o: exists and is not a folder" in _error(capsys, str(TINY), "-o", str(other))
     assert not (tmp_path / "out").exists()  # inputs are checked before anything is written
+
+
+def test_the_short_front_search_searches_below_the_folded_plan() -> None:
+    """An app without a memory limit gets a real front (drone's first try met its own limit unreduced: the search
+    sees folded models, whose plan is below the app plan's)."""
+    from sbrs.app import load_app
+    from sbrs.report.make import front_search
+    from sbrs.report.summary import plan_for
+
+    app = load_app(TINY)
+    found = front_search(app, plan_for(app))
+    unreduced = found["unreduced"]["memory_bytes"]
+    assert not found["early_exit"] and len(found["pareto"]) > 1
+    assert found["chosen"]["memory_bytes"] < unreduced
+    assert min(p["memory_bytes"] for p in found["pareto"]) < unreduced
