@@ -118,9 +118,11 @@ def current_build(app_path: str) -> None:
     searched."""
     from sbrs.artifact.child import build_in_child
     from sbrs.artifact.read import build_dir, verify_build
+    from sbrs.bench.device_memory import build_facts
 
     try:
         verify_build(build_dir(app_path), app_path)
+        build_facts(app_path)  # plain ONNX Runtime's side needs each scenario's model file too
     except InputError:
         build_in_child(app_path)
 

@@ -278,10 +278,15 @@ def build_facts(app_path: str | Path) -> dict[str, Any]:
     try:
         manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
         config, footprint = manifest["config"], manifest["footprint"]
-        return {"app": str(config["name"]), "input": dict(config["input"]), "plan": dict(footprint),
-                "models": [str(Path(s["model_path"]).resolve()) for s in config["scenarios"]]}
+        facts = {"app": str(config["name"]), "input": dict(config["input"]), "plan": dict(footprint),
+                 "models": [str(Path(s["model_path"]).resolve()) for s in config["scenarios"]]}
     except (OSError, ValueError, KeyError, TypeError):
         raise InputError(f"no readable build; run `sbrs build {app_path}` first", file=str(folder)) from None
+    missing = [model for model in facts["models"] if not Path(model).is_file()]
+    if missing:  # an app's inline layers are compiled into the model cache, which may have been cleared since
+        raise InputError(f"the build's scenario model {missing[0]} is gone; run `sbrs build {app_path}`",
+                         file=str(folder))
+    return facts
 
 
 #: Modules whose libraries the probes map: a measuring process holding them shares their pages with every probe
@@ -304,7 +309,9 @@ def measure_device_memory(app_path: str | Path, *, frames: int = FRAMES) -> dict
         return _measure_in_child(app_path, frames)
     facts = build_facts(app_path)
     plan, models = facts["plan"], facts["models"]
-    weights = (str(app_path.with_name(f"{app_path.stem}.build")) + os.sep,
+    from sbrs.artifact.read import build_dir
+
+    weights = (str(build_dir(app_path)) + os.sep,
                *sorted({str(Path(m).parent) + os.sep for m in models}))
     ort_args = {"shape": list(facts["input"]["shape"]), "dtype": facts["input"]["dtype"], "frames": frames}
     largest = max(models, key=lambda path: Path(path).stat().st_size)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -188,34 +188,51 @@ def cancelling(runtime: Runtime, arrays: Mapping[str, np.ndarray], index: int,
         request = node.take()  # clears ``terminate`` under the node's lock when it takes a request
         scenario = node.scenario
         calls = runtime._calls[scenario]
-        last = len(calls)
         begin = time.perf_counter()
         for array in arrays.values():
             runtime._copy_in[scenario](array)
-        done = 0
-        try:
-            for call in calls:
-                if inject is not None and inject[0] == done + 1:
-                    node.request(inject[1], "bench")
-                call()
-                done += 1
-                if done == 1 and request is not None and last > 1:
-                    node.begin(request)
-                pending = node.pending
-                if done < last and pending is not None and pending.scenario != scenario and cancelled is None:
-                    break
-            else:
-                mode = node.mode if cancelled is None else "cancel"
-                return runtime._old_frame_result(scenario, index, begin, request, previous, mode, cancelled)
-        except Exception as error:  # onnxruntime raises RuntimeError (IOBinding) or its own Fail for it
-            if TERMINATED not in str(error):
-                raise
+        done, _ = _steps_until_stopped(runtime, scenario, calls, request, inject, stoppable=cancelled is None)
+        if done == len(calls):
+            mode = node.mode if cancelled is None else "cancel"
+            return runtime._old_frame_result(scenario, index, begin, request, previous, mode, cancelled)
         inject = None
         runtime._cancellable = False  # before ``take`` clears terminate: later requests leave it cleared
         node.frame_cancelled(scenario, done)
         if request is not None:  # this frame was the first of a switch that now ends without an output
             node.abandon(request)
         cancelled = done
+
+
+def _steps_until_stopped(runtime: Runtime, scenario: str, calls: Sequence[Callable[[], object]],
+                         request: SwitchRequest | None, inject: tuple[int, str] | None, *,
+                         stoppable: bool) -> tuple[int, bool]:
+    """Run a frame's steps on ``scenario`` in order, as ``cancelling`` and ``resuming`` do: after each step, stop
+    when ``stoppable`` and a request for another scenario is pending; a call stopped inside by
+    ``RunOptions.terminate`` stops it too. Returns the steps finished (``len(calls)``: the frame is complete)
+    and whether a call was stopped inside. ``runtime._in_flight`` names the step running (1-based; 0 between
+    frames) for ``Runtime._interrupt_resume``; ``inject`` (``sbrs bench``) requests a switch before a step."""
+    node = runtime.node
+    last = len(calls)
+    done = 0
+    try:
+        for call in calls:
+            if inject is not None and inject[0] == done + 1:
+                node.request(inject[1], "bench")
+            runtime._in_flight = done + 1
+            call()
+            done += 1
+            if done == 1 and request is not None and last > 1:
+                node.begin(request)
+            pending = node.pending
+            if stoppable and done < last and pending is not None and pending.scenario != scenario:
+                break
+    except Exception as error:  # onnxruntime raises RuntimeError (IOBinding) or its own Fail for it
+        if TERMINATED not in str(error):
+            raise
+        return done, True
+    finally:
+        runtime._in_flight = 0
+    return done, False
 
 
 def resuming(runtime: Runtime, arrays: Mapping[str, np.ndarray], index: int,
@@ -245,32 +262,12 @@ def resuming(runtime: Runtime, arrays: Mapping[str, np.ndarray], index: int,
     request = node.take()  # clears ``terminate`` under the node's lock when it takes a request
     scenario = node.scenario
     calls = runtime._calls[scenario]
-    last = len(calls)
     begin = time.perf_counter()
     for array in arrays.values():
         runtime._copy_in[scenario](array)
-    done = 0
-    partial = False
-    try:
-        for call in calls:
-            if inject is not None and inject[0] == done + 1:
-                node.request(inject[1], "bench")
-            runtime._in_flight = done + 1
-            call()
-            done += 1
-            if done == 1 and request is not None and last > 1:
-                node.begin(request)
-            pending = node.pending
-            if done < last and pending is not None and pending.scenario != scenario:
-                break
-        else:
-            runtime._in_flight = 0
-            return runtime._old_frame_result(scenario, index, begin, request, previous, node.mode)
-    except Exception as error:  # onnxruntime raises RuntimeError (IOBinding) or its own Fail for it
-        if TERMINATED not in str(error):
-            raise
-        partial = True
-    runtime._in_flight = 0
+    done, partial = _steps_until_stopped(runtime, scenario, calls, request, inject, stoppable=True)
+    if done == len(calls):
+        return runtime._old_frame_result(scenario, index, begin, request, previous, node.mode)
     runtime._cancellable = False  # before ``take`` clears terminate: later requests leave it cleared
     switch = node.take()
     if switch is None:  # the request went back to this scenario meanwhile: the frame goes on where it stopped,

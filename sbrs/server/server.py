@@ -190,7 +190,7 @@ class Server:
         self.socket_path: Path = Path(socket_path) if socket_path is not None else default_socket_path(app_name)
         self._listen = parse_listen(listen) if listen is not None else None
         self.tcp_address: tuple[str, int] | None = None
-        self._workers = workers
+        self.workers = workers  # threads for env requests (the policy), made at the first one
         self._thread: threading.Thread | None = None
         self._loop: _Loop | None = None
         self._socket_inode: int | None = None
@@ -473,7 +473,7 @@ class _Loop:
         if self.executor is None:  # imported at the first env request: most runs never get one
             from concurrent.futures import ThreadPoolExecutor
 
-            self.executor = ThreadPoolExecutor(max_workers=self.server._workers, thread_name_prefix="sbrs-control")
+            self.executor = ThreadPoolExecutor(max_workers=self.server.workers, thread_name_prefix="sbrs-control")
 
         def done(future: Future[dict[str, Any]]) -> None:
             if not future.cancelled():

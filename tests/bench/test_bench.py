@@ -70,3 +70,21 @@ def test_device_memory_without_a_build_is_one_line(tmp_path) -> None:  # type: i
         build_facts(app)
     with pytest.raises(SbrsRuntimeError, match="no readable build"):
         measure_device_memory(app, frames=1)
+
+
+def test_device_memory_with_a_scenario_model_gone_is_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An app of inline layers finds its models in the model cache: once that is cleared, the build still runs
+    but plain ONNX Runtime's side has no model to load; ``sbrs bench`` rebuilds (``current_build``) and the
+    measurement alone says what to do, in one line."""
+    import json
+
+    from sbrs.bench.device_memory import build_facts
+    from sbrs.errors import InputError
+
+    (tmp_path / "gone.build").mkdir()
+    config = {"name": "gone", "input": {"name": "input", "shape": [1, 3, 8, 8], "dtype": "float32"},
+              "scenarios": [{"name": "a", "model_path": str(tmp_path / "cache" / "a.onnx")}]}
+    footprint = {"params_bytes": 1, "tensors_bytes": 1, "transition_bytes": 0, "plan_bytes": 2}
+    (tmp_path / "gone.build" / "manifest.json").write_text(json.dumps({"config": config, "footprint": footprint}))
+    with pytest.raises(InputError, match=r"a\.onnx is gone; run `sbrs build"):
+        build_facts(tmp_path / "gone.yaml")
