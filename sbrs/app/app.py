@@ -56,6 +56,11 @@ def _import_scenario(config: AppConfig, scenario: ScenarioConfig) -> CnnModel:
                          f" ({scenario.model_path})")
     model_input = data_inputs[0].name
     try:  # the model read above is imported in place: each file is read once, its weights mapped
+        if scenario.input_size is not None and tuple(scenario.input_size) != tuple(config.input.shape[2:]):
+            from sbrs.model.input_size import with_input_resize
+
+            with_input_resize(onnx_model, model_input, config.input.shape, scenario.input_size,
+                              "input_size", scenario.model_path)
         model = import_model(onnx_model, source=scenario.model_path, name=scenario.name,
                              input_shapes={model_input: config.input.shape}, copy=False,
                              threads=config.runtime.threads, arrays=loaded.arrays)

@@ -9,6 +9,7 @@ the cache on first use, so every scenario ends up with its own ONNX file: the gr
 from __future__ import annotations
 
 import typing
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,6 +61,8 @@ class ScenarioConfig:
     requirements: RequirementSet
     characteristics: DeclaredCharacteristics
     postprocess: PostprocessSpec = DEFAULT_SPEC  # its own ``postprocess:``, else the app's, else top-5
+    #: ``input_size: [H, W]``: the scenario's own input height and width (frames are resized to it), or None
+    input_size: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -232,11 +235,17 @@ def _as_mapping(doc: LocatedYaml, data: Any, path: Path_, what: str) -> dict[str
     return data
 
 
+def _scenario_shape(entry: ScenarioEntry, app: AppEntry) -> tuple[int, ...]:
+    """The input shape the scenario's own model has: the app's, with ``input_size`` as its height and width."""
+    shape = tuple(app.input.shape)
+    return shape if entry.input_size is None else (*shape[:2], *entry.input_size)
+
+
 def _compile_layers(entry: ScenarioEntry, app: AppEntry, doc: LocatedYaml, path: Path_) -> Path:
     from sbrs.app.yaml_lines import parse_path
     from sbrs.zoo.dsl import compile_layers
 
-    input_shape = tuple(app.input.shape)
+    input_shape = _scenario_shape(entry, app)
 
     def produce() -> bytes:
         try:
@@ -258,6 +267,11 @@ def _zoo_export(entry: ScenarioEntry, doc: LocatedYaml, path: Path_) -> Path:
     name = options.pop("name", None)
     if not isinstance(name, str):
         raise doc.error((*path, "zoo", "name"), "the zoo model's name is required (see `sbrs zoo list`)")
+    size = entry.input_size
+    if size is not None and size[0] == size[1] and "resolution" not in options:
+        with suppress(InputError):  # a zoo model with a resolution option is built at the scenario's size
+            if "resolution" in zoo.get_model(name).options:
+                options["resolution"] = size[0]
     try:
         return Path(zoo.cached_export(name, options))
     except InputError as exc:
@@ -268,6 +282,9 @@ def _resolve_scenario(entry: ScenarioEntry, app: AppEntry, doc: LocatedYaml, pat
                       postprocess: PostprocessSpec = DEFAULT_SPEC) -> ScenarioConfig:
     from sbrs.app.postprocess import resolve_postprocess
 
+    if entry.input_size is not None and len(app.input.shape) != 4:
+        raise doc.error((*path, "input_size"), f"a scenario's own input size needs an image input: the app's "
+                        f"input.shape must be [N, C, H, W] (it is {list(app.input.shape)})")
     if entry.model is not None:
         model_path = (Path(doc.file).parent / entry.model).resolve()
         if not model_path.is_file():
@@ -286,6 +303,7 @@ def _resolve_scenario(entry: ScenarioEntry, app: AppEntry, doc: LocatedYaml, pat
         characteristics=DeclaredCharacteristics(**entry.characteristics.model_dump()),
         postprocess=postprocess if entry.postprocess is None else
         resolve_postprocess(entry.postprocess, doc, (*path, "postprocess"), "scenario"),
+        input_size=None if entry.input_size is None else (int(entry.input_size[0]), int(entry.input_size[1])),
     )
 
 

@@ -59,6 +59,9 @@ class Characteristics(Strict):
     memory_mb: NonNegative | None = None
 
 
+Pixels = Annotated[StrictInt, Field(gt=0, le=16384)]
+
+
 class ScenarioEntry(Strict):
     """One scenario: its CNN (exactly one of ``model``, ``layers``, ``zoo``) and its requirements."""
 
@@ -70,6 +73,8 @@ class ScenarioEntry(Strict):
     requirements: Requirements = Requirements(accuracy=1.0)
     characteristics: Characteristics = Characteristics()
     postprocess: Any = None  # this scenario's own; checked by sbrs.app.postprocess (one model per kind)
+    #: ``[H, W]``: the scenario runs at this input size; frames (at the app's ``input.shape``) are resized first
+    input_size: Annotated[list[Pixels], Field(min_length=2, max_length=2)] | None = None
 
     @model_validator(mode="after")
     def _one_model_source(self) -> ScenarioEntry:

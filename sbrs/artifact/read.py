@@ -281,7 +281,8 @@ def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
         scenarios=tuple(ScenarioConfig(s["name"], s["defined_in"], s["model_kind"], s["model_path"],
                                        RequirementSet(**s["requirements"]),
                                        DeclaredCharacteristics(**s["characteristics"]),
-                                       spec_from_dict(s.get("postprocess")))
+                                       spec_from_dict(s.get("postprocess")),
+                                       None if s.get("input_size") is None else tuple(s["input_size"]))
                         for s in data["scenarios"]),
         runtime=RuntimeOptions(**{**data["runtime"], "providers": tuple(data["runtime"]["providers"])}),
         memory_limit_mb=data["memory_limit_mb"],

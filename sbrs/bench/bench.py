@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import statistics
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -77,6 +78,7 @@ def measure_throughput(app_path: str, *, frames: int, repeats: int, granularity:
     import onnxruntime as ort
 
     from sbrs.app import load_app
+    from sbrs.model.input_size import plain_model_file
 
     app = load_app(app_path)
     runtime = runtime_for(app, granularity=granularity)
@@ -85,10 +87,12 @@ def measure_throughput(app_path: str, *, frames: int, repeats: int, granularity:
     facts = runtime.facts()  # units or band calls (``sbrs.runtime.engine``): the same figures
     one_thread = ort.SessionOptions()
     one_thread.intra_op_num_threads = 1
-    with runtime:
+    scratch = tempfile.TemporaryDirectory(prefix="sbrs-bench-")  # plain models behind a scenario's Resize
+    with runtime, scratch:
         for scenario in app.config.scenarios:
-            default = ort.InferenceSession(scenario.model_path, providers=list(runtime.providers))
-            single = ort.InferenceSession(scenario.model_path, one_thread, providers=list(runtime.providers))
+            plain = plain_model_file(scenario.model_path, app.config.input.shape, scenario.input_size, scratch.name)
+            default = ort.InferenceSession(plain, providers=list(runtime.providers))
+            single = ort.InferenceSession(plain, one_thread, providers=list(runtime.providers))
             feed = {default.get_inputs()[0].name: frame}
             runtime.switch(scenario.name)
             sides = _sides(runtime, default, single, feed, frames)
@@ -327,6 +331,7 @@ def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | No
     import random
 
     from sbrs.app import load_app
+    from sbrs.model.input_size import plain_model_file
     from sbrs.ort_env import create_session
 
     unknown = [m for m in methods if m not in SWITCH_METHODS]
@@ -337,7 +342,8 @@ def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | No
     app = load_app(app_path)
     shape, dtype = app.config.input.shape, app.config.input.dtype
     frame = np.random.default_rng(seed).standard_normal(shape).astype(dtype)
-    paths = {s.name: s.model_path for s in app.config.scenarios}
+    scratch = tempfile.TemporaryDirectory(prefix="sbrs-bench-")  # removed when the function returns
+    paths = {s.name: plain_model_file(s.model_path, shape, s.input_size, scratch.name) for s in app.config.scenarios}
     runtime = runtime_for(app, granularity=granularity, transition="sbrs-tp", transition_arena=transition_arena)
     cancelling = runtime_for(app, granularity=granularity, on_switch="cancel") if "sbrs-cancel" in methods else None
     resuming = runtime_for(app, granularity=granularity, on_switch="resume") if "resume" in methods else None

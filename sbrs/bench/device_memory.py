@@ -279,7 +279,8 @@ def build_facts(app_path: str | Path) -> dict[str, Any]:
         manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
         config, footprint = manifest["config"], manifest["footprint"]
         facts = {"app": str(config["name"]), "input": dict(config["input"]), "plan": dict(footprint),
-                 "models": [str(Path(s["model_path"]).resolve()) for s in config["scenarios"]]}
+                 "models": [str(Path(s["model_path"]).resolve()) for s in config["scenarios"]],
+                 "input_sizes": [s.get("input_size") for s in config["scenarios"]]}
     except (OSError, ValueError, KeyError, TypeError):
         raise InputError(f"no readable build; run `sbrs build {app_path}` first", file=str(folder)) from None
     missing = [model for model in facts["models"] if not Path(model).is_file()]
@@ -308,11 +309,12 @@ def measure_device_memory(app_path: str | Path, *, frames: int = FRAMES) -> dict
     if any(name in sys.modules for name in SHARED_LIBRARY_MODULES):
         return _measure_in_child(app_path, frames)
     facts = build_facts(app_path)
-    plan, models = facts["plan"], facts["models"]
     from sbrs.artifact.read import build_dir
 
     weights = (str(build_dir(app_path)) + os.sep,
-               *sorted({str(Path(m).parent) + os.sep for m in models}))
+               *sorted({str(Path(m).parent) + os.sep for m in facts["models"]}))
+    scratch = tempfile.TemporaryDirectory(prefix="sbrs-bench-")  # removed when this function returns
+    plan, models = facts["plan"], _plain_models(facts, scratch.name)
     ort_args = {"shape": list(facts["input"]["shape"]), "dtype": facts["input"]["dtype"], "frames": frames}
     largest = max(models, key=lambda path: Path(path).stat().st_size)
     report: dict[str, Any] = {"app": facts["app"], "frames_per_scenario": frames, "plan": plan,
@@ -337,6 +339,26 @@ def measure_device_memory(app_path: str | Path, *, frames: int = FRAMES) -> dict
                                             bare)
     report["summary"] = summarize(report)
     return report
+
+
+def _plain_models(facts: dict[str, Any], folder: str) -> list[str]:
+    """The files plain ONNX Runtime runs: each scenario's model, behind its Resize where it has its own input size
+    (``sbrs.model.input_size.plain_model_file``), written by a short-lived child so that this process never
+    imports onnx (and with it numpy, whose pages it would then share with the probes)."""
+    sizes = facts.get("input_sizes") or [None] * len(facts["models"])
+    if all(size is None for size in sizes):
+        return list(facts["models"])
+    code = ("import json, sys\nfrom sbrs.model.input_size import plain_model_file\nargs = json.loads(sys.argv[1])\n"
+            "print(json.dumps([plain_model_file(m, args['shape'], s, args['folder']) "
+            "for m, s in zip(args['models'], args['sizes'])]))")
+    arguments = json.dumps({"models": facts["models"], "sizes": sizes, "shape": facts["input"]["shape"],
+                            "folder": folder})
+    result = subprocess.run([sys.executable, "-c", code, arguments], capture_output=True, text=True, cwd=PROBES,
+                            check=False, timeout=STAGE_TIMEOUT_S)
+    if result.returncode != 0:
+        last = result.stderr.strip().splitlines()
+        raise SbrsRuntimeError(f"bench: could not write the plain models: {last[-1] if last else result.returncode}")
+    return list(json.loads(result.stdout))
 
 
 def _measure_in_child(app_path: Path, frames: int) -> dict[str, Any]:

@@ -154,9 +154,11 @@ def _set_input_shapes(model: onnx.ModelProto, shapes: dict[str, Sequence[int]], 
         for index, (dim, size) in enumerate(zip(dims, wanted, strict=True)):
             # named (dim_param), unnamed and -1/0 dims (as paddle2onnx writes dynamic ones) take the app's size
             if dim.HasField("dim_value") and dim.dim_value > 0 and dim.dim_value != size:
+                hint = ("export the model for that shape, or give its scenario input_size: [H, W] (frames are "
+                        "resized to it)" if index >= 2 and len(wanted) == 4 else
+                        "export the model for that shape or declare its size in the app")
                 raise InputError(f"input '{value.name}' dim {index} is {dim.dim_value} in the model, the app's "
-                                 f"input.shape says {size} (shape {wanted}); export the model for that shape or "
-                                 "declare its size in the app", file=source)
+                                 f"input.shape says {size} (shape {wanted}); {hint}", file=source)
         for dim, size in zip(dims, wanted, strict=True):
             dim.ClearField("dim_param")
             dim.dim_value = size

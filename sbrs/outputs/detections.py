@@ -52,21 +52,24 @@ def empty_detections() -> Detections:
     return Detections(np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64))
 
 
-def detect(outputs: Mapping[str, np.ndarray], spec: DetectionsSpec, frame_size: tuple[int, int]) -> Detections:
-    """The detections of one frame's ``outputs`` under ``spec``; ``frame_size`` is (height, width) in pixels."""
+def detect(outputs: Mapping[str, np.ndarray], spec: DetectionsSpec, frame_size: tuple[int, int],
+           model_size: tuple[int, int] | None = None) -> Detections:
+    """The detections of one frame's ``outputs`` under ``spec``; ``frame_size`` is (height, width) in pixels,
+    ``model_size`` the model's input size where the scenario resizes the frame (app.yaml ``input_size``)."""
     if spec.format == "yolo":
         name = spec.output if spec.output is not None else next(iter(outputs))
         prediction = outputs[name][0]
         boxes, class_scores = prediction[:4].T, prediction[4:]
     else:
         boxes, class_scores = outputs[spec.boxes][0], outputs[spec.scores][0].T
-    return decode(boxes, class_scores, spec, frame_size)
+    return decode(boxes, class_scores, spec, frame_size, model_size)
 
 
 def decode(boxes: np.ndarray, class_scores: np.ndarray, spec: DetectionsSpec,
-           frame_size: tuple[int, int]) -> Detections:
+           frame_size: tuple[int, int], model_size: tuple[int, int] | None = None) -> Detections:
     """``boxes`` ``[anchors, 4]`` as ``spec.box_layout`` writes them, ``class_scores`` ``[classes, anchors]``
-    → the detections (module docstring)."""
+    → the detections (module docstring). Boxes in the pixels of a model input of ``model_size`` (a scenario
+    that resizes the frame) are scaled to the frame's."""
     scores = _activated(np.asarray(class_scores), spec.activation)
     if spec.background is not None and spec.background < scores.shape[0]:
         scores = scores.copy()
@@ -82,6 +85,9 @@ def decode(boxes: np.ndarray, class_scores: np.ndarray, spec: DetectionsSpec,
     height, width = frame_size
     if spec.normalized:
         corners *= np.array([width, height, width, height], np.float64)
+    elif model_size is not None and tuple(model_size) != (height, width):
+        across, down = width / model_size[1], height / model_size[0]
+        corners *= np.array([across, down, across, down], np.float64)
     kept = class_aware_nms(corners, confidence[candidates], best[candidates], spec.iou)
     kept = kept[:spec.max_detections]
     clipped = np.clip(corners[kept], 0.0, np.array([width, height, width, height], np.float64))

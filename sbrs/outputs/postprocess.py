@@ -95,13 +95,15 @@ class TopK(PostProcessor):
 class DetectionDecoder(PostProcessor):
     json_key = "detections"
 
-    def __init__(self, spec: DetectionsSpec, frame_size: tuple[int, int]) -> None:
+    def __init__(self, spec: DetectionsSpec, frame_size: tuple[int, int],
+                 model_size: tuple[int, int] | None = None) -> None:
         super().__init__(spec)
         self.detections = spec
         self.frame_size = frame_size
+        self.model_size = model_size  # the scenario's own input size, where it resizes the frame
 
     def __call__(self, outputs: Mapping[str, np.ndarray], frame: FrameMeta) -> Detections:
-        return detect(outputs, self.detections, self.frame_size)
+        return detect(outputs, self.detections, self.frame_size, self.model_size)
 
     def to_json(self, value: Detections) -> list[dict[str, Any]]:
         return value.to_list()
@@ -178,29 +180,32 @@ def frame_size_of(input_shape: Sequence[int]) -> tuple[int, int]:
 
 
 def postprocessors_for(specs: Mapping[str, PostprocessSpec], input_shape: Sequence[int], app_path: str,
-                       defined_in: Mapping[str, str]) -> dict[str, PostProcessor]:
-    """Scenario → its post-processor (one object per distinct spec, so a user function shared by every
-    scenario is imported once). ``app_path``: the app file (user modules are looked up beside it, and errors
-    of the app's own ``postprocess:`` name it); ``defined_in``: the file of each scenario's entry. A user
-    function that does not import is an ``InputError`` naming the file, line and field."""
-    made: dict[PostprocessSpec, PostProcessor] = {}
+                       defined_in: Mapping[str, str],
+                       model_sizes: Mapping[str, tuple[int, int] | None] | None = None) -> dict[str, PostProcessor]:
+    """Scenario → its post-processor (one object per distinct spec and model input size, so a user function
+    shared by every scenario is imported once). ``app_path``: the app file (user modules are looked up beside
+    it, and errors of the app's own ``postprocess:`` name it); ``defined_in``: the file of each scenario's entry;
+    ``model_sizes``: each scenario's ``input_size`` where it has one. A user function that does not import is
+    an ``InputError`` naming the file, line and field."""
+    made: dict[tuple[PostprocessSpec, tuple[int, int] | None], PostProcessor] = {}
     table: dict[str, PostProcessor] = {}
     for scenario, spec in specs.items():
-        if spec not in made:
+        model_size = (model_sizes or {}).get(scenario) if isinstance(spec, DetectionsSpec) else None
+        if (spec, model_size) not in made:
             where = app_path if spec.at.origin == "app" else defined_in.get(scenario, app_path)
-            made[spec] = make_postprocessor(spec, input_shape, Path(app_path).parent, where)
-        table[scenario] = made[spec]
+            made[spec, model_size] = make_postprocessor(spec, input_shape, Path(app_path).parent, where, model_size)
+        table[scenario] = made[spec, model_size]
     return table
 
 
 def make_postprocessor(spec: PostprocessSpec, input_shape: Sequence[int], search_dir: Path,
-                       file: str | None = None) -> PostProcessor:
+                       file: str | None = None, model_size: tuple[int, int] | None = None) -> PostProcessor:
     """The post-processor of ``spec`` (a function spec imports its module now; ``file`` names where the spec
-    was written in the error if it cannot)."""
+    was written in the error if it cannot); ``model_size``: the scenario's own input size, if it has one."""
     if isinstance(spec, TopKSpec):
         return TopK(spec)
     if isinstance(spec, DetectionsSpec):
-        return DetectionDecoder(spec, frame_size_of(input_shape))
+        return DetectionDecoder(spec, frame_size_of(input_shape), model_size)
     if isinstance(spec, RawSpec):
         return Raw(spec)
     return UserFunction(spec, load_function(spec.function, search_dir, file, spec.at))

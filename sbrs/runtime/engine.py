@@ -216,7 +216,7 @@ class Runtime:
         # each scenario's post-processor, for its results' ``value`` (a user function is imported here, once)
         self.postprocessors: dict[str, PostProcessor] = postprocessors_for(
             {s.name: s.postprocess for s in config.scenarios}, config.input.shape, config.path,
-            {s.name: s.defined_in for s in config.scenarios})
+            {s.name: s.defined_in for s in config.scenarios}, {s.name: s.input_size for s in config.scenarios})
         self.providers = resolve_providers(tuple(config.runtime.providers), where=config.path)
         self.device = device_of(self.providers)
         if by_parts and self.device != "cpu":

@@ -130,6 +130,16 @@ BAD_CASES = [
     ("bad scenario name", lambda d: _edit(d, "  - name: big", "  - name: 'big one'"), "scenarios[0].name: String should match", 6),
     ("empty file", lambda d: (d / "app.yaml").write_text(""), "empty YAML document", None),
     ("duplicate key", lambda d: _edit(d, "initial: big", "initial: big\ninitial: big"), "initial: duplicate key", 5),
+    ("input_size of three values", lambda d: _edit(d, "    model: big.onnx", "    model: big.onnx\n    input_size: [4, 4, 4]"),
+     "scenarios[0].input_size: List should have at most 2 items", 8),
+    ("input_size of zero pixels", lambda d: _edit(d, "    model: big.onnx", "    model: big.onnx\n    input_size: [0, 4]"),
+     "scenarios[0].input_size[0]: Input should be greater than 0", 8),
+    ("input_size without an image input", lambda d: (_edit(d, "shape: [1, 3, 8, 8]", "shape: [1, 192]"),
+                                                    _edit(d, "    model: big.onnx", "    model: big.onnx\n    input_size: [4, 4]")),
+     "scenarios[0].input_size: a scenario's own input size needs an image input", 8),
+    ("input_size against a fixed model", lambda d: _edit_file(d / "scenarios/small.yaml", "name: small",
+                                                              "name: small\ninput_size: [4, 4]"),
+     "small.onnx: scenario 'small': input_size: the model's input 'data' dim 2 is 8, input_size says 4", None),
 ]
 
 

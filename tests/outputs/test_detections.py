@@ -188,3 +188,16 @@ def test_random_layouts_agree_with_the_reference(anchors: list[Any], iou: float,
         assert len(detect(outputs, spec, FRAME)) == 0
         return
     check_against_reference(yolo_output(boxes, scores), spec, boxes, scores)
+
+
+def test_boxes_of_a_resized_scenario_are_scaled_from_its_input_to_the_frame() -> None:
+    """A scenario with ``input_size: [50, 50]`` on frames of 100 x 200: its boxes are in the model's pixels."""
+    boxes, scores = [[25, 25, 10, 10], [45, 10, 10, 4]], [[0.9], [0.8]]
+    got = detect(yolo_output(boxes, scores), DetectionsSpec(), FRAME, model_size=(50, 50))
+    np.testing.assert_allclose(got.boxes, [[80, 40, 120, 60], [160, 16, 200, 24]], rtol=1e-6)
+    same = detect(yolo_output(boxes, scores), DetectionsSpec(), FRAME, model_size=FRAME)
+    np.testing.assert_allclose(same.boxes, detect(yolo_output(boxes, scores), DetectionsSpec(), FRAME).boxes)
+    normalised = DetectionsSpec(normalized=True)  # corners in [0, 1] are the frame's whatever the input size
+    unit = [[0.5, 0.5, 0.2, 0.2]]
+    np.testing.assert_allclose(detect(yolo_output(unit, [[0.9]]), normalised, FRAME, model_size=(50, 50)).boxes,
+                               detect(yolo_output(unit, [[0.9]]), normalised, FRAME).boxes)

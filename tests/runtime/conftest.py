@@ -23,18 +23,40 @@ def random_frame(app: App, seed: int) -> np.ndarray:
 
 
 class References:
-    """Each scenario's own ONNX file in a standalone ONNX Runtime session: the ground truth (invariant 1)."""
+    """Each scenario's own ONNX file in a standalone ONNX Runtime session: the ground truth (invariant 1). A
+    scenario with its own ``input_size`` gets the frame through ONNX Runtime's Resize first, as documented."""
 
     def __init__(self, app: App) -> None:
         import onnxruntime as ort  # a default session, as a user of plain ONNX Runtime makes it
 
         self.sessions = {s.name: ort.InferenceSession(s.model_path, providers=["CPUExecutionProvider"])
                          for s in app.config.scenarios}
+        frame_shape = app.config.input.shape
+        self.resizes = {s.name: resize_session(frame_shape, s.input_size, app.config.input.dtype)
+                        for s in app.config.scenarios
+                        if s.input_size is not None and tuple(s.input_size) != tuple(frame_shape[2:])}
 
     def outputs(self, scenario: str, frame: np.ndarray) -> dict[str, np.ndarray]:
         session = self.sessions[scenario]
+        if scenario in self.resizes:
+            frame = self.resizes[scenario].run(None, {"frame": frame})[0]
         values = session.run(None, {session.get_inputs()[0].name: frame})
         return {out.name: value for out, value in zip(session.get_outputs(), values, strict=True)}
+
+
+def resize_session(frame_shape: tuple[int, ...], size: tuple[int, int], dtype: str = "float32") -> object:
+    """A plain ONNX Runtime session of the one Resize (linear, half_pixel) that app.yaml's ``input_size`` means."""
+    import onnxruntime as ort
+    from onnx import helper, numpy_helper
+
+    element = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    sizes = numpy_helper.from_array(np.array([*frame_shape[:2], *size], np.int64), "sizes")
+    node = helper.make_node("Resize", ["frame", "", "", "sizes"], ["resized"], mode="linear",
+                            coordinate_transformation_mode="half_pixel")
+    graph = helper.make_graph([node], "resize", [helper.make_tensor_value_info("frame", element, list(frame_shape))],
+                              [helper.make_tensor_value_info("resized", element, None)], [sizes])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
 def assert_equivalent(got: dict[str, np.ndarray], want: dict[str, np.ndarray], where: str) -> None:
