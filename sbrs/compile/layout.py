@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 
 from sbrs.compile.units import GRANULARITIES, StepKey, Unit, UnitLayout
 from sbrs.errors import InputError
-from sbrs.memory.tensors import tensor_id
+from sbrs.memory.tensors import sized_outputs, tensor_id
 from sbrs.moc.model import Moc, Step
 from sbrs.model.cnn import INPUT_OP, OUTPUT_OP, CnnModel, Layer, TensorSpec, layer_work
 
@@ -64,15 +64,28 @@ _KEY_ATTRIBUTES: frozenset[str] = frozenset({"par"})
 
 
 def step_key(moc: Moc, step: Step) -> StepKey:
-    """The step key of ``step``: its layer and its ``par`` control-parameter value (the weights it uses)."""
-    control = moc.layer(step.layer_id).control
-    weight_params = {param for attribute, param in control.items() if attribute in _KEY_ATTRIBUTES}
-    return StepKey(step.layer_id, tuple((param, value) for param, value in step.values if param in weight_params))
+    """The step key of ``step``: its layer and its ``par`` control-parameter value (the weights it uses), and for
+    a layer run at several sizes (``SuperLayer.sized``) the step's own sizes: an ONNX Runtime session has one."""
+    layer = moc.layer(step.layer_id)
+    weight_params = {param for attribute, param in layer.control.items() if attribute in _KEY_ATTRIBUTES}
+    sizes = ""
+    if layer.sized:
+        inputs, outputs = moc.step_specs(step)
+        sizes = ",".join("x".join(map(str, spec.shape)) for spec in inputs) + "->" + ",".join(
+            "x".join(map(str, spec.shape)) for spec in outputs)
+    return StepKey(step.layer_id, tuple((param, value) for param, value in step.values if param in weight_params),
+                   sizes=sizes)
 
 
-def scenario_tensor_ids(model: CnnModel, layer_capture: Mapping[str, str]) -> dict[str, str]:
-    """Scenario tensor name → supergraph tensor id (capturing layer of its producer, output position)."""
-    return {name: tensor_id(layer_capture[layer.name], position)
+def scenario_tensor_ids(model: CnnModel, moc: Moc, scenario: str) -> dict[str, str]:
+    """Scenario tensor name → supergraph tensor id (capturing layer of its producer, output position, and its
+    shape where that output has several, ``sbrs.memory.tensors.sized_outputs``)."""
+    layer_capture, sized = moc.layer_capture[scenario], sized_outputs(moc)
+
+    def shape_of(layer_id: str, position: int, name: str) -> tuple[int, ...] | None:
+        return model.tensors[name].shape if (layer_id, position) in sized else None
+
+    return {name: tensor_id(layer_capture[layer.name], position, shape_of(layer_capture[layer.name], position, name))
             for layer in model.layers for position, name in enumerate(layer.outputs) if name}
 
 
@@ -84,6 +97,7 @@ class _ScenarioSteps:
     layers: tuple[Layer, ...]
     sources: Mapping[StepKey, tuple[str, ...]]  # per data operand, the supergraph tensor it reads
     position: Mapping[StepKey, int]
+    names: Mapping[str, str]  # the scenario's tensor name → its supergraph tensor
 
 
 def _scenario_steps(model: CnnModel, moc: Moc, scenario: str, names: Mapping[str, str],
@@ -93,7 +107,7 @@ def _scenario_steps(model: CnnModel, moc: Moc, scenario: str, names: Mapping[str
                  for key in (step_key(moc, step) for step in steps))
     layers = tuple(model.layer(step.scenario_layer) for step in steps)
     sources = {key: tuple(names[t] for t in layer.inputs) for key, layer in zip(keys, layers, strict=True)}
-    return _ScenarioSteps(keys, layers, sources, {key: index for index, key in enumerate(keys)})
+    return _ScenarioSteps(keys, layers, sources, {key: index for index, key in enumerate(keys)}, names)
 
 
 def layout_units(models: Mapping[str, CnnModel], moc: Moc, granularity: str,
@@ -209,9 +223,9 @@ def _crossing_bytes(run: Sequence[StepKey], layers: Sequence[Layer], steps: _Sce
     for position, (key, layer) in enumerate(zip(run, layers, strict=True)):
         for source in steps.sources[key]:
             last_read[source] = position
-        for output, name in enumerate(layer.outputs):
+        for name in layer.outputs:
             if name:
-                produced[tensor_id(key.layer, output)] = (position, model.tensors[name].nbytes)
+                produced[steps.names[name]] = (position, model.tensors[name].nbytes)
     crossing = [0] * (len(run) + 1)
     for tensor, (made, size) in produced.items():
         for k in range(made + 1, last_read.get(tensor, made) + 1):
@@ -228,7 +242,7 @@ def _weight_bytes(unit: Unit, scenario_steps: Mapping[str, _ScenarioSteps]) -> i
 
 def _layout(models: Mapping[str, CnnModel], moc: Moc, granularity: str, private: frozenset[StepKey],
             switch_steps: int = 1, min_step_work: int = 0) -> tuple[UnitLayout, dict[str, _ScenarioSteps]]:
-    names = {s: scenario_tensor_ids(models[s], moc.layer_capture[s]) for s in moc.scenarios}
+    names = {s: scenario_tensor_ids(models[s], moc, s) for s in moc.scenarios}
     scenario_steps = {s: _scenario_steps(models[s], moc, s, names[s], private) for s in moc.scenarios}
     users: dict[StepKey, tuple[str, ...]] = {}
     for scenario, steps in scenario_steps.items():
@@ -287,8 +301,8 @@ def _unit(unit_id: str, run: tuple[StepKey, ...], scenarios: tuple[str, ...],
         for operand_sources in zip(*per_user, strict=True):
             if operand_sources[0].split(":")[0] not in layers_in_run:
                 external.setdefault(operand_sources, f"in{len(external)}")
-        source_layer = scenario_steps[scenarios[0]].layers[scenario_steps[scenarios[0]].position[key]]
-        produced.extend(tensor_id(key.layer, position) for position, name in enumerate(source_layer.outputs) if name)
+        source = scenario_steps[scenarios[0]]
+        produced.extend(source.names[name] for name in source.layers[source.position[key]].outputs if name)
     read_outside: set[str] = set()
     for scenario in scenarios:
         read_outside.update(outputs[scenario].values())
@@ -313,7 +327,7 @@ def unit_model(models: Mapping[str, CnnModel], moc: Moc, unit: Unit, tensor_spec
     from sbrs.model.onnx_export import build_graph_model
 
     private = frozenset(replace(key, private_to="") for key in unit.steps if key.private_to)
-    users = {s: _scenario_steps(models[s], moc, s, scenario_tensor_ids(models[s], moc.layer_capture[s]), private)
+    users = {s: _scenario_steps(models[s], moc, s, scenario_tensor_ids(models[s], moc, s), private)
              for s in unit.scenarios}
     placeholder_of = {tuple(unit.input_tensors[s][index] for s in unit.scenarios): name
                       for index, name in enumerate(unit.inputs)}
@@ -328,7 +342,7 @@ def unit_model(models: Mapping[str, CnnModel], moc: Moc, unit: Unit, tensor_spec
                           for tensors in per_operand)
         params = {p.name for p in layer.params}
         operands = tuple(o if not o or o in params else next(data_names) for o in layer.operands)
-        outputs = tuple(tensor_id(key.layer, position) if o else "" for position, o in enumerate(layer.outputs))
+        outputs = tuple(source.names[o] if o else "" for o in layer.outputs)
         layers.append(replace(layer, operands=operands, outputs=outputs))
     model = models[unit.source]
     return build_graph_model(

@@ -36,15 +36,17 @@ class StepKey:
     layer: str
     values: tuple[tuple[str, Value], ...] = ()
     private_to: str = ""  # a scenario name when this step is not shared (see "Sharing threshold")
+    sizes: str = ""  # the step's input and output shapes, for a layer run at several sizes (``SuperLayer.sized``)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"layer": self.layer, "values": {param: list(value) for param, value in self.values}}
-        return data | ({"private_to": self.private_to} if self.private_to else {})
+        return data | ({"private_to": self.private_to} if self.private_to else {}) | (
+            {"sizes": self.sizes} if self.sizes else {})
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StepKey:
         return cls(str(data["layer"]), tuple((str(p), tuple(v)) for p, v in data.get("values", {}).items()),
-                   str(data.get("private_to", "")))
+                   str(data.get("private_to", "")), str(data.get("sizes", "")))
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,12 @@ What the listing leaves open, decided here (and tested in ``tests/moc``):
   X and Y (shapes and dtypes), kernel, stride, pads, dilation, groups, every ONNX attribute, the operand
   structure (which ONNX input positions are data, parameters or absent, and the parameters' shapes and
   dtypes) and, unless adaptive, par, I and O.
+- With both I and O in A, X and Y are compared without their spatial sizes (every dimension after N and C):
+  the size of a tensor is the edge's, and the edges are what I and O set. So the same layer at several input
+  sizes (app.yaml ``input_size``) is one supergraph layer (``SuperLayer.sized``), provided its weights are
+  the same (equal par; a layer of other weights at another size stays apart even with par in A). Edges are
+  captured per tensor size (below), so such a layer always has I and O control parameters, and each step's X
+  and Y are those of its edges (``Moc.step_specs``).
 - ``par`` is compared by value: the content digests of the parameter operands in ONNX operand order. Equal
   shapes never make two parameters equal.
 - I is compared structurally, since layers of different scenarios have no common edge names: two layers have
@@ -75,8 +81,10 @@ from sbrs.model.cnn import CnnModel, Layer, ParamRef, TensorSpec
 LayerKey = tuple[str, str]
 #: An input/output of a layer relative to the supergraph under construction: (group index, output position).
 _Port = tuple[int, int]
-#: A supergraph edge while being built: (source group, source output position, destination group).
-_EdgeKey = tuple[int, int, int]
+#: A supergraph edge while being built: (source group, source output position, destination group, data): two
+#: scenarios' edges between the same layers are one supergraph edge only when their tensors are alike (a layer
+#: shared at two input sizes reads and writes tensors of two sizes: two edges, set by its I/O control parameters).
+_EdgeKey = tuple[int, int, int, TensorSpec]
 
 
 def freeze(value: Any) -> Any:
@@ -130,10 +138,16 @@ class _View:
     fixed: _Fixed
     par: Value
     sources: tuple[tuple[str, int], ...]
+    input_specs: tuple[TensorSpec, ...] = ()  # X and Y as they are (``fixed`` may leave out their sizes)
+    output_specs: tuple[TensorSpec, ...] = ()
 
     @property
     def key(self) -> LayerKey:
         return (self.scenario, self.layer.name)
+
+    @property
+    def sizes(self) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+        return (self.input_specs, self.output_specs)
 
 
 @dataclass
@@ -171,7 +185,8 @@ def derive_moc(models: Mapping[str, CnnModel], adaptive: Iterable[str],
     adaptive_set = _check_adaptive(adaptive)
     if not models:
         raise InputError("no scenarios to derive a MoC from", field="scenarios")
-    views = {name: _layer_views(name, model) for name, model in models.items()}
+    sizes_adaptive = {"I", "O"} <= adaptive_set
+    views = {name: _layer_views(name, model, sizes_adaptive) for name, model in models.items()}
     partitions = _check_partitions(models, parallel or {})
 
     forbidden: set[frozenset[LayerKey]] = set()
@@ -226,8 +241,14 @@ def output_positions(model: CnnModel) -> dict[tuple[str, str], int]:
             for position, tensor in enumerate(layer.outputs) if tensor}
 
 
-def _layer_views(scenario: str, model: CnnModel) -> list[_View]:
-    """The layers of one scenario in topological order, with the attributes Equation 5.1 compares."""
+def _sizeless(spec: TensorSpec) -> TensorSpec:
+    """``spec`` without its spatial extent (every dimension after N and C of a tensor of rank 3 or more)."""
+    return spec if len(spec.shape) < 3 else TensorSpec((*spec.shape[:2], *(-1 for _ in spec.shape[2:])), spec.dtype)
+
+
+def _layer_views(scenario: str, model: CnnModel, sizes_adaptive: bool = False) -> list[_View]:
+    """The layers of one scenario in topological order, with the attributes Equation 5.1 compares; with
+    ``sizes_adaptive`` (I and O both in A) the spatial sizes of X and Y are left to the I/O control parameters."""
     producers: dict[str, tuple[str, int]] = {}
     views: list[_View] = []
     for layer in model.layers:
@@ -237,6 +258,9 @@ def _layer_views(scenario: str, model: CnnModel) -> list[_View]:
             raise InputError(f"layer '{layer.name}' reads '{missing[0]}' before any layer produces it",
                              file=model.source)
         parameters = param_operands(layer)
+        input_specs = tuple(model.tensors[t] for t in layer.inputs)
+        output_specs = tuple(model.tensors[o] for o in layer.outputs if o)
+        compared = _sizeless if sizes_adaptive else (lambda spec: spec)
         fixed = _Fixed(
             type=layer.type,
             op=layer.op,
@@ -248,14 +272,14 @@ def _layer_views(scenario: str, model: CnnModel) -> list[_View]:
             pads=layer.pads,
             dilation=layer.dilation,
             groups=layer.groups,
-            input_specs=tuple(model.tensors[t] for t in layer.inputs),
-            output_specs=tuple(model.tensors[o] for o in layer.outputs if o),
+            input_specs=tuple(compared(spec) for spec in input_specs),
+            output_specs=tuple(compared(spec) for spec in output_specs),
             operand_kinds=tuple("" if not o else "param" if o in params else "data" for o in layer.operands),
             output_kinds=tuple("data" if o else "" for o in layer.outputs),
             param_specs=tuple(TensorSpec(p.shape, p.dtype) for p in parameters),
         )
         views.append(_View(scenario, layer, fixed, tuple(p.digest for p in parameters),
-                           tuple(producers[t] for t in layer.inputs)))
+                           tuple(producers[t] for t in layer.inputs), input_specs, output_specs))
         for position, tensor in enumerate(layer.outputs):
             if tensor:
                 producers[tensor] = (layer.name, position)
@@ -293,6 +317,8 @@ def _can_capture(group: _Group, view: _View, inputs: tuple[_Port, ...], adaptive
         return False
     if "par" not in adaptive and view.par != group.founder.par:
         return False
+    if view.sizes != group.founder.sizes and view.par != group.founder.par:
+        return False  # a layer at another size is the same layer only with the same weights
     if "I" not in adaptive and inputs != group.founder_inputs:
         return False
     if any(_run_in_parallel(member, view, partitions) for member in group.members.values()):
@@ -382,14 +408,16 @@ def _assemble(models: Mapping[str, CnnModel], views: Mapping[str, list[_View]], 
         positions = output_positions(model)
         table = scenario_edge_key[scenario] = {}
         for edge in model.edges:
-            key = (layer_group[scenario][edge.src], positions[(edge.src, edge.tensor)], layer_group[scenario][edge.dst])
+            key = (layer_group[scenario][edge.src], positions[(edge.src, edge.tensor)], layer_group[scenario][edge.dst],
+                   edge.spec)
             table[edge.name] = key
             edge_users.setdefault(key, []).append(scenario)
             edge_spec.setdefault(key, edge.spec)
+    first_seen = {key: number for number, key in enumerate(edge_users)}  # ties of one pair: in scenario order
 
-    ranks = _topological_ranks(len(groups), ((src, dst) for src, _, dst in edge_users))
+    ranks = _topological_ranks(len(groups), ((src, dst) for src, _, dst, _ in edge_users))
     layer_id = {group.index: f"l{ranks[group.index] + 1}" for group in groups}
-    edge_order = sorted(edge_users, key=lambda k: (ranks[k[0]], ranks[k[2]], k[1]))
+    edge_order = sorted(edge_users, key=lambda k: (ranks[k[0]], ranks[k[2]], k[1], first_seen[k]))
     edge_id = {key: f"e{number}" for number, key in enumerate(edge_order, start=1)}
 
     def value(view: _View, attribute: str) -> Value:
@@ -399,7 +427,8 @@ def _assemble(models: Mapping[str, CnnModel], views: Mapping[str, list[_View]], 
         if attribute == "par":
             return view.par
         if attribute == "I":
-            return tuple(edge_id[(group_of[name], position, this)] for name, position in view.sources)
+            return tuple(edge_id[(group_of[name], position, this, spec)]
+                         for (name, position), spec in zip(view.sources, view.input_specs, strict=True))
         outgoing = {edge_id[key] for key in scenario_edge_key[view.scenario].values() if key[0] == this}
         return tuple(sorted(outgoing, key=lambda e: int(e[1:])))
 
@@ -469,8 +498,8 @@ def _super_layer(group: _Group, layer_id: str, control: Mapping[str, str],
         pads=fixed.pads,
         dilation=fixed.dilation,
         groups=fixed.groups,
-        input_specs=fixed.input_specs,
-        output_specs=fixed.output_specs,
+        input_specs=founder.input_specs,
+        output_specs=founder.output_specs,
         operand_kinds=fixed.operand_kinds,
         output_kinds=fixed.output_kinds,
         param_specs=fixed.param_specs,
@@ -480,4 +509,5 @@ def _super_layer(group: _Group, layer_id: str, control: Mapping[str, str],
         scenarios=tuple(group.members),
         control=dict(control),
         reuse="none" if not shared else "partial" if control else "full",
+        sized=len({view.sizes for view in group.members.values()}) > 1,
     )

@@ -72,9 +72,12 @@ class SuperLayer:
     scenarios: tuple[str, ...]
     control: Mapping[str, str]
     reuse: str
+    #: whether the scenarios it runs in give it tensors of different sizes (the same layer at several input sizes,
+    #: app.yaml ``input_size``): X and Y above are the first scenario's; each step's come from its I and O edges
+    sized: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "id": self.id,
             "type": self.type,
             "op": self.op,
@@ -98,6 +101,7 @@ class SuperLayer:
             "control": dict(self.control),
             "reuse": self.reuse,
         }
+        return data | {"sized": True} if self.sized else data
 
 
 @dataclass(frozen=True)
@@ -218,6 +222,24 @@ class Moc:
             if param.id == param_id:
                 return param
         raise KeyError(param_id)
+
+    def step_specs(self, step: Step) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+        """X and Y of ``step``: its supergraph layer's, or, for a layer run at several sizes (``sized``), those of
+        the edges its I and O control values name (an output no edge reads keeps the layer's own)."""
+        layer = self.layer(step.layer_id)
+        if not layer.sized:
+            return layer.input_specs, layer.output_specs
+
+        def value(attribute: str, default: Value) -> Value:
+            param = layer.control.get(attribute)
+            found = None if param is None else step.value(param)
+            return default if found is None else found
+
+        inputs = tuple(self.edge(edge_id).spec for edge_id in value("I", layer.inputs))
+        written = {self.edge(edge_id).src_output: self.edge(edge_id).spec for edge_id in value("O", layer.outputs)}
+        positions = [index for index, kind in enumerate(layer.output_kinds) if kind == "data"]
+        outputs = tuple(written.get(position, own) for position, own in zip(positions, layer.output_specs, strict=True))
+        return inputs, outputs
 
     def to_dict(self) -> dict[str, Any]:
         return {

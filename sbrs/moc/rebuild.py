@@ -71,7 +71,8 @@ def rebuild_scenario(moc: Moc, scenario: str, weights: Mapping[str, np.ndarray] 
         outputs = tuple(step.outputs)
         if tuple("data" if o else "" for o in outputs) != sl.output_kinds:
             raise ValueError(f"step of '{step.scenario_layer}': outputs {outputs} do not fit {sl.id}")
-        tensors.update(zip((o for o in outputs if o), sl.output_specs, strict=True))
+        input_specs, output_specs = moc.step_specs(step)
+        tensors.update(zip((o for o in outputs if o), output_specs, strict=True))
         if sl.op == INPUT_OP:
             graph_inputs.extend(o for o in outputs if o)
         elif sl.op == OUTPUT_OP:
@@ -80,8 +81,8 @@ def rebuild_scenario(moc: Moc, scenario: str, weights: Mapping[str, np.ndarray] 
             opsets[sl.domain] = sl.opset
         layers.append(Layer(
             name=step.scenario_layer, op=sl.op, type=sl.type, operands=operands, outputs=outputs,
-            input_shapes=tuple(spec.shape for spec in sl.input_specs),
-            output_shapes=tuple(spec.shape for spec in sl.output_specs),
+            input_shapes=tuple(spec.shape for spec in input_specs),
+            output_shapes=tuple(spec.shape for spec in output_specs),
             kernel=sl.kernel, stride=sl.stride, pads=sl.pads, dilation=sl.dilation, groups=sl.groups,
             attributes=dict(sl.attributes), params=tuple(dict.fromkeys(params)), domain=sl.domain,
         ))

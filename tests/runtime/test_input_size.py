@@ -130,3 +130,40 @@ def test_inspect_shows_the_resized_scenarios(app_path: Path, capsys: pytest.Capt
     assert main(["inspect", str(app_path)]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in ("full", "half", "wide", "fixed"))
+
+
+def test_algorithm_5_shares_the_layers_of_every_size_through_io_control_parameters(app_path: Path) -> None:
+    """The same layer at two sizes is one supergraph layer whose I and O edges (and so X and Y) differ per
+    scenario; an ONNX Runtime session has one size, so the units of different sizes stay apart."""
+    from sbrs.compile.layout import layout_units
+    from sbrs.moc import derive_moc, round_trip_differences
+
+    app = load_app(app_path)
+    moc = derive_moc(app.models, app.config.adaptive)
+    assert round_trip_differences(moc, app.models) == []
+    convs = [layer for layer in moc.layers if layer.op == "Conv"]
+    assert convs and all(layer.sized and set(layer.scenarios) == {"full", "half", "wide", "fixed"} for layer in convs)
+    assert all({"I", "O"} <= set(layer.control) and "par" not in layer.control for layer in convs)
+    head = next(layer for layer in moc.layers if layer.op == "Gemm")
+    assert not head.sized and head.reuse == "full"  # after the global pool every size gives the same tensor
+    layout = layout_units(app.models, moc, "auto")
+    steps = {s: {step.layer_id: step for step in moc.steps[s]} for s in moc.scenarios}
+    for unit in layout.units:  # a unit several scenarios run has one size in all of them
+        for key in unit.steps:
+            assert len({moc.step_specs(steps[s][key.layer]) for s in unit.scenarios}) == 1, (unit.id, key)
+    first = convs[0].id  # at the first convolution every scenario has its own size, so its own unit
+    assert sorted(s for unit in layout.units if any(k.layer == first for k in unit.steps)
+                  for s in unit.scenarios) == sorted(app.models)
+    assert sum(any(k.layer == first for k in unit.steps) for unit in layout.units) == 4
+
+
+def test_two_scenarios_at_the_same_size_share_everything(tmp_path: Path) -> None:
+    from sbrs.moc import derive_moc
+
+    dynamic_size_export(tmp_path / "dynamic.onnx")
+    path = tmp_path / "same.yaml"
+    path.write_text(APP.format(limit="").replace("input_size: [40, 56]", "input_size: [32, 32]"))
+    app = load_app(path)
+    moc = derive_moc(app.models, app.config.adaptive)
+    assert set(moc.layer_capture["half"].values()) == set(moc.layer_capture["wide"].values())
+    assert [s.values for s in moc.steps["half"]] == [s.values for s in moc.steps["wide"]]  # same edges too
