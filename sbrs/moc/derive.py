@@ -14,7 +14,8 @@
 What the listing leaves open, decided here (and tested in ``tests/moc``):
 
 - Equation 5.1 compares all of Table 2.1 except the attributes in A: type, op, domain and opset version,
-  X and Y (shapes and dtypes), kernel, stride, pads, dilation, groups, every ONNX attribute, the operand
+  X and Y (shapes and dtypes), kernel, stride, pads, dilation, groups, every ONNX attribute, the QDQ node unit
+  of a quantized layer (``Layer.qdq``: which operands are dequantized, with which attributes), the operand
   structure (which ONNX input positions are data, parameters or absent, and the parameters' shapes and
   dtypes) and, unless adaptive, par, I and O.
 - ``par`` is compared by value: the content digests of the parameter operands in ONNX operand order. Equal
@@ -52,7 +53,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -115,6 +116,7 @@ class _Fixed:
     operand_kinds: tuple[str, ...]
     output_kinds: tuple[str, ...]
     param_specs: tuple[TensorSpec, ...]
+    qdq: Any = None  # the frozen QDQ node unit: which operands are dequantized how, and the output's quantization
 
 
 @dataclass(frozen=True)
@@ -253,6 +255,7 @@ def _layer_views(scenario: str, model: CnnModel) -> list[_View]:
             operand_kinds=tuple("" if not o else "param" if o in params else "data" for o in layer.operands),
             output_kinds=tuple("data" if o else "" for o in layer.outputs),
             param_specs=tuple(TensorSpec(p.shape, p.dtype) for p in parameters),
+            qdq=None if layer.qdq is None else freeze(asdict(layer.qdq)),
         )
         views.append(_View(scenario, layer, fixed, tuple(p.digest for p in parameters),
                            tuple(producers[t] for t in layer.inputs)))
@@ -480,4 +483,5 @@ def _super_layer(group: _Group, layer_id: str, control: Mapping[str, str],
         scenarios=tuple(group.members),
         control=dict(control),
         reuse="none" if not shared else "partial" if control else "full",
+        qdq=founder.layer.qdq,
     )
