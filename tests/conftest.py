@@ -59,6 +59,29 @@ def load_example() -> Callable[[str], App]:
     return load
 
 
+@pytest.fixture(scope="session")
+def quantized_zoo(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``quantized_zoo("mobilenet_v2", "qdq-per-channel-u8", classes=10)`` → that zoo CNN at 64 px (seed 0,
+    ``classes`` if given) in that form of ``tools/quantize_models.py`` (``"fp32"``: the zoo's own export), made
+    once per test session."""
+    from sbrs import zoo
+    from tools.quantize_models import quantize
+
+    folder = tmp_path_factory.mktemp("quantized-zoo")
+
+    def path(name: str, form: str, classes: int | None = None) -> Path:
+        stem = name if classes is None else f"{name}-{classes}classes"
+        fp32 = folder / f"{stem}-fp32.onnx"
+        if not fp32.exists():
+            zoo.export(name, fp32, resolution=64, **({} if classes is None else {"classes": classes}))
+        target = folder / f"{stem}-{form}.onnx"
+        if form != "fp32" and not target.exists():
+            quantize(fp32, target, form, frames=2)
+        return fp32 if form == "fp32" else target
+
+    return path
+
+
 @cache
 def zoo_model(name: str) -> CnnModel:
     """A zoo CNN imported at a small resolution (64, CIFAR's 32): the zoo cases of the planner and parts tests."""

@@ -93,12 +93,12 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _refuse_unsupported(model: onnx.ModelProto, source: str, *, foreign_only: bool = False) -> None:
-    """One-line refusal of the first node whose op is not supported (``foreign_only``: only ops of a domain
-    ONNX Runtime's own quantizer does not write, which ONNX Runtime could not even load to fold constants)."""
+    """One-line refusal of the first node whose op is not supported (``foreign_only``: only ops of other
+    domains than standard ONNX, which the canonical form cannot fold away, except ONNX Runtime's supported
+    quantized ops)."""
     for index, node in enumerate(model.graph.node):
-        known_domain = node.domain in _ONNX_DOMAINS or node.domain == CONTRIB_DOMAIN
-        supported = (node.op_type == "Constant" and node.domain in _ONNX_DOMAINS) or (
-            known_domain if foreign_only else layer_type(node.domain, node.op_type) is not None)
+        supported = layer_type(node.domain, node.op_type) is not None or (node.domain in _ONNX_DOMAINS and (
+            foreign_only or node.op_type == "Constant"))  # before the canonical form, any standard op may fold
         if supported:
             continue
         label = node.name or f"#{index}"
