@@ -317,9 +317,11 @@ def _scenario_entry(raw: Any, app_doc: LocatedYaml, index: int) -> tuple[Scenari
 
 def _derive_pair(mapping: dict[str, Any], doc: LocatedYaml, path: Path_) -> None:
     """``from`` without ``quantize`` or the reverse, named at the key given (the schema's check can only name
-    the scenario)."""
-    from sbrs.app.schema import DERIVE_PAIR
+    the scenario). An unknown key is left to the schema: ``form:`` is a misspelt ``from``, not a missing one."""
+    from sbrs.app.schema import DERIVE_PAIR, ScenarioEntry
 
+    if set(mapping) - {info.alias or name for name, info in ScenarioEntry.model_fields.items()}:
+        return
     for given, missing in (("from", "quantize"), ("quantize", "from")):
         if given in mapping and missing not in mapping:
             raise doc.error((*path, given), f"'{missing}' is missing: {DERIVE_PAIR}")
