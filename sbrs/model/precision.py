@@ -17,26 +17,40 @@ whose one line says which tool refused and why.
 
 from __future__ import annotations
 
-import logging
 import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sbrs.errors import InputError
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    import onnx
+
 
 #: The precisions a scenario can be derived at (``quantize.mode`` of the app file).
 MODES = ("int8-static", "fp16")
 
 
-def _data_input(model_path: Path) -> str:
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _load(model_path: Path, weights: bool = True) -> onnx.ModelProto:
     import onnx
 
-    model = onnx.load(str(model_path), load_external_data=False)
+    try:
+        return onnx.load(str(model_path), load_external_data=weights)
+    except Exception as exc:  # protobuf's DecodeError, an OSError, onnx's own: one line for the user
+        raise InputError(f"cannot read the source model: {_first_line(exc)}", file=str(model_path)) from None
+
+
+def _data_input(model_path: Path) -> str:
+    model = _load(model_path, weights=False)
     initializers = {init.name for init in model.graph.initializer}
     names = [value.name for value in model.graph.input if value.name not in initializers]
     if len(names) != 1:
@@ -67,24 +81,21 @@ def quantize_int8_static(source: Path, frames: Sequence[np.ndarray]) -> bytes:
             quantize_static(str(prepared), str(target), Frames(), quant_format=QuantFormat.QDQ, per_channel=True,
                             activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
         except Exception as exc:  # ONNX Runtime's tools raise anything; the user needs one line, not a trace
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise InputError(f"onnxruntime.quantization could not quantize the model: {first}",
+            raise InputError(f"onnxruntime.quantization could not quantize the model: {_first_line(exc)}",
                              file=str(source)) from None
         return target.read_bytes()
 
 
 def convert_fp16(source: Path) -> bytes:
     """``source`` (a float32 ONNX file) with float16 weights and computation, float32 inputs and outputs."""
-    import onnx
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
-    model = onnx.load(str(source))
+    model = _load(source)
     try:
         with warnings.catch_warnings():  # one warning per weight outside float16's range: clamped, as intended
             warnings.simplefilter("ignore", UserWarning)
             converted = convert_float_to_float16(model, keep_io_types=True)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"onnxruntime.transformers.float16 could not convert the model: {first}",
+        raise InputError(f"onnxruntime.transformers.float16 could not convert the model: {_first_line(exc)}",
                          file=str(source)) from None
     return converted.SerializeToString()
