@@ -129,6 +129,14 @@ def test_without_calibration_synthetic_frames_and_one_warning(tmp_path: Path, ca
     assert "fast-int8" in message and "quantize.calibration" in message and f"{path}:9" in message
 
 
+def test_the_schema_takes_the_modes_the_model_stage_makes() -> None:
+    from typing import get_args
+
+    from sbrs.app.schema import QuantizeEntry
+
+    assert get_args(QuantizeEntry.model_fields["mode"].annotation) == precision.MODES
+
+
 def test_from_may_name_a_later_scenario_and_a_scenario_file_may_derive(tmp_path: Path) -> None:
     write_derived_app(tmp_path, frames=2)
     (tmp_path / "scenarios").mkdir()
