@@ -148,7 +148,7 @@ def derive_scenario(entry: ScenarioEntry, entries: Sequence[tuple[ScenarioEntry,
             if mode == "fp16":
                 return convert_fp16(source_path)
             frames = (synthetic_frames(spec) if folder is None else
-                      [np.load(file, allow_pickle=False) for file in calibration_files(folder)])
+                      (np.load(file, allow_pickle=False) for file in calibration_files(folder)))
             return quantize_int8_static(source_path, frames)
         except InputError as exc:
             raise doc.error((*path, "quantize"), exc.detail) from None

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import tempfile
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -59,8 +59,9 @@ def _data_input(model_path: Path) -> str:
     return names[0]
 
 
-def quantize_int8_static(source: Path, frames: Sequence[np.ndarray]) -> bytes:
-    """``source`` (a float32 ONNX file) quantized to int8 QDQ, calibrated on ``frames`` (module docstring)."""
+def quantize_int8_static(source: Path, frames: Iterable[np.ndarray]) -> bytes:
+    """``source`` (a float32 ONNX file) quantized to int8 QDQ, calibrated on ``frames`` (module docstring), which
+    are taken one at a time as the calibration asks for them (a generator reads each file only then)."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
