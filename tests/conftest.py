@@ -17,6 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
@@ -59,6 +60,29 @@ def load_example() -> Callable[[str], App]:
     return load
 
 
+@pytest.fixture(scope="session")
+def quantized_zoo(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``quantized_zoo("mobilenet_v2", "qdq-per-channel-u8", classes=10)`` → that zoo CNN at 64 px (seed 0,
+    ``classes`` if given) in that form of ``tools/quantize_models.py`` (``"fp32"``: the zoo's own export), made
+    once per test session."""
+    from sbrs import zoo
+    from tools.quantize_models import quantize
+
+    folder = tmp_path_factory.mktemp("quantized-zoo")
+
+    def path(name: str, form: str, classes: int | None = None) -> Path:
+        stem = name if classes is None else f"{name}-{classes}classes"
+        fp32 = folder / f"{stem}-fp32.onnx"
+        if not fp32.exists():
+            zoo.export(name, fp32, resolution=64, **({} if classes is None else {"classes": classes}))
+        target = folder / f"{stem}-{form}.onnx"
+        if form != "fp32" and not target.exists():
+            quantize(fp32, target, form, frames=2)
+        return fp32 if form == "fp32" else target
+
+    return path
+
+
 @cache
 def zoo_model(name: str) -> CnnModel:
     """A zoo CNN imported at a small resolution (64, CIFAR's 32): the zoo cases of the planner and parts tests."""
@@ -74,6 +98,47 @@ def ort_session(model: onnx.ModelProto | str | Path) -> ort.InferenceSession:
     """A CPU reference session with ONNX Runtime's default options, as a user of plain ONNX Runtime makes it."""
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
     return ort.InferenceSession(source, providers=["CPUExecutionProvider"])
+
+
+#: An app of a small zoo MobileNetV2 and scenarios derived from it (docs/APP_YAML.md, "Derived scenarios"):
+#: ``{calibration}`` is the int8 scenario's calibration entry (", calibration: frames" or "").
+DERIVED_APP = """\
+name: derived
+input: {{name: input, shape: [1, 3, 64, 64], dtype: float32}}
+initial: accurate
+scenarios:
+  - name: accurate
+    zoo: {{name: mobilenet_v2, width: 0.35, resolution: 64, classes: 10}}
+  - name: fast-int8
+    from: accurate
+    quantize: {{mode: int8-static{calibration}}}
+    requirements: {{accuracy: 0.3, throughput: 0.7}}
+  - name: half
+    from: accurate
+    quantize: {{mode: fp16}}
+    requirements: {{accuracy: 0.5, memory: 0.5}}
+runtime: {{threads: 1}}
+"""
+
+
+def calibration_frame(seed: int, shape: tuple[int, ...] = (1, 3, 64, 64)) -> np.ndarray:
+    """A seeded frame like an image normalised per channel (what the zoo CNNs take): smooth, not white noise."""
+    rng = np.random.default_rng(seed)
+    coarse = rng.standard_normal((*shape[:2], 8, 8)).astype(np.float32)
+    return np.repeat(np.repeat(coarse, shape[2] // 8, axis=2), shape[3] // 8, axis=3)
+
+
+def write_derived_app(folder: Path, frames: int | None = 4, seed: int = 0) -> Path:
+    """``DERIVED_APP`` in ``folder`` with ``frames`` calibration frames in ``folder/frames``, ``calibration_frame
+    (seed + index)`` (None: none, the int8 scenario is calibrated on synthetic frames); the app file's path.
+    The model cache lasts the test session: a test that must see a quantization takes a ``seed`` of its own."""
+    if frames is not None:
+        (folder / "frames").mkdir(parents=True, exist_ok=True)
+        for index in range(frames):
+            np.save(folder / "frames" / f"{index:03d}.npy", calibration_frame(seed + index))
+    path = folder / "app.yaml"
+    path.write_text(DERIVED_APP.format(calibration="" if frames is None else ", calibration: frames"))
+    return path
 
 
 #: Modules the run of a build never needs (sbrs.artifact.read's docstring).

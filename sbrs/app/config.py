@@ -54,13 +54,20 @@ class DeclaredCharacteristics:
 
 @dataclass(frozen=True)
 class ScenarioConfig:
+    """``derived_from``, ``quantize`` and ``calibration`` are set for a scenario derived from another
+    (``from:`` + ``quantize:``, ``sbrs.app.derive``): the source's name, the mode, and the absolute folder of the
+    calibration frames (None: synthetic frames, or a mode that needs none)."""
+
     name: str
     defined_in: str
-    model_kind: str  # "onnx" | "layers" | "zoo"
+    model_kind: str  # "onnx" | "layers" | "zoo" | "derived"
     model_path: str
     requirements: RequirementSet
     characteristics: DeclaredCharacteristics
     postprocess: PostprocessSpec = DEFAULT_SPEC  # its own ``postprocess:``, else the app's, else top-5
+    derived_from: str | None = None
+    quantize: str | None = None
+    calibration: str | None = None
     #: ``input_size: [H, W]``: the scenario's own input height and width (frames are resized to it), or None
     input_size: tuple[int, int] | None = None
 
@@ -184,7 +191,8 @@ def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
         if isinstance(part, str):
             field = current.model_fields.get(part)
             current = _model_class(field.annotation) if field else None
-    return sorted(current.model_fields) if current else []
+    # a field's key in the file is its alias where it has one (``from``, a Python keyword, is the field ``from_``)
+    return sorted(info.alias or name for name, info in current.model_fields.items()) if current else []
 
 
 def _data_path(data: Any, loc: tuple[Any, ...]) -> Path_:
@@ -314,14 +322,27 @@ def _scenario_entry(raw: Any, app_doc: LocatedYaml, index: int) -> tuple[Scenari
     path: Path_ = ("scenarios", index)
     mapping = _as_mapping(app_doc, raw, path, "a scenario, or {file: scenario.yaml}")
     if "file" not in mapping:
+        _derive_pair(mapping, app_doc, path)
         return _validate(ScenarioEntry, mapping, app_doc, path), app_doc, path
     ref = _validate(ScenarioFileRef, mapping, app_doc, path)
     scenario_path = Path(app_doc.file).parent / ref.file
     if not scenario_path.is_file():
         raise app_doc.error((*path, "file"), f"no such scenario file: {ref.file}")
     doc = load_yaml(scenario_path)
-    _as_mapping(doc, doc.data, (), "a scenario")
+    _derive_pair(_as_mapping(doc, doc.data, (), "a scenario"), doc, ())
     return _validate(ScenarioEntry, doc.data, doc), doc, ()
+
+
+def _derive_pair(mapping: dict[str, Any], doc: LocatedYaml, path: Path_) -> None:
+    """``from`` without ``quantize`` or the reverse, named at the key given (the schema's check can only name
+    the scenario). An unknown key is left to the schema: ``form:`` is a misspelt ``from``, not a missing one."""
+    from sbrs.app.schema import DERIVE_PAIR, ScenarioEntry
+
+    if set(mapping) - {info.alias or name for name, info in ScenarioEntry.model_fields.items()}:
+        return
+    for given, missing in (("from", "quantize"), ("quantize", "from")):
+        if given in mapping and missing not in mapping:
+            raise doc.error((*path, given), f"'{missing}' is missing: {DERIVE_PAIR}")
 
 
 def _requirement_set(requirements: Requirements) -> RequirementSet:
@@ -373,7 +394,7 @@ def load_app_config(path: str | Path) -> AppConfig:
     postprocess = (DEFAULT_SPEC if app.postprocess is None
                    else resolve_postprocess(app.postprocess, doc, ("postprocess",), "app"))
 
-    scenarios: list[ScenarioConfig] = []
+    entries = []
     first_defined: dict[str, str] = {}
     for index, raw in enumerate(app.scenarios):
         entry, entry_doc, entry_path = _scenario_entry(raw, doc, index)
@@ -381,7 +402,18 @@ def load_app_config(path: str | Path) -> AppConfig:
             first = first_defined[entry.name]
             raise entry_doc.error((*entry_path, "name"), f"duplicate scenario name '{entry.name}' (first: {first})")
         first_defined[entry.name] = format_path(("scenarios", index))
-        scenarios.append(_resolve_scenario(entry, app, entry_doc, entry_path, postprocess))
+        entries.append((entry, entry_doc, entry_path))
+    # scenarios with a model of their own first, then those derived from them (``from:`` may name a scenario
+    # declared later); the app keeps the order of the file
+    resolved = {entry.name: _resolve_scenario(entry, app, entry_doc, entry_path, postprocess)
+                for entry, entry_doc, entry_path in entries if entry.from_ is None}
+    derived = [item for item in entries if item[0].from_ is not None]
+    if derived:
+        from sbrs.app.derive import derive_scenario
+
+        for entry, entry_doc, entry_path in derived:
+            resolved[entry.name] = derive_scenario(entry, entries, resolved, app, entry_doc, entry_path)
+    scenarios = [resolved[entry.name] for entry, _, _ in entries]
 
     names = [s.name for s in scenarios]
     initial = app.initial or names[0]

@@ -61,14 +61,36 @@ class Characteristics(Strict):
 
 Pixels = Annotated[StrictInt, Field(gt=0, le=16384)]
 
+#: Why ``from`` and ``quantize`` come together (``sbrs.app.config`` names the one given in the error).
+DERIVE_PAIR = ("'from' and 'quantize' go together: 'from: SCENARIO' names the scenario to derive from, "
+               "'quantize: {mode: int8-static|fp16}' the precision")
+
+
+class QuantizeEntry(Strict):
+    """``quantize:`` of a derived scenario: the precision (``sbrs.model.precision.MODES``) and, for int8, the
+    folder of calibration frames (``.npy`` files, relative to the file that declares the scenario)."""
+
+    mode: Literal["int8-static", "fp16"]
+    calibration: Annotated[StrictStr, Field(min_length=1)] | None = None
+
+    @model_validator(mode="after")
+    def _calibration_for_int8(self) -> QuantizeEntry:
+        if self.calibration is not None and self.mode != "int8-static":
+            raise ValueError(f"'calibration' applies to mode int8-static only; mode {self.mode} is not calibrated")
+        return self
+
 
 class ScenarioEntry(Strict):
-    """One scenario: its CNN (exactly one of ``model``, ``layers``, ``zoo``) and its requirements."""
+    """One scenario: its CNN (exactly one of ``model``, ``layers``, ``zoo``, or ``from`` another scenario with
+    ``quantize``) and its requirements."""
 
     name: Name
     model: Annotated[StrictStr, Field(min_length=1)] | None = None
     layers: list[dict[str, Any]] | None = None
     zoo: dict[str, Any] | None = None
+    # ``from`` is a Python keyword: the field is ``from_``, the key the user writes is ``from``
+    from_: Name | None = Field(default=None, alias="from")
+    quantize: QuantizeEntry | None = None
     seed: StrictInt = 0
     requirements: Requirements = Requirements(accuracy=1.0)
     characteristics: Characteristics = Characteristics()
@@ -79,9 +101,13 @@ class ScenarioEntry(Strict):
     @model_validator(mode="after")
     def _one_model_source(self) -> ScenarioEntry:
         given = [key for key in ("model", "layers", "zoo") if getattr(self, key) is not None]
+        if self.from_ is not None:
+            given.append("from")
         if len(given) != 1:
-            raise ValueError("give exactly one of 'model' (ONNX path), 'layers' (inline list) or 'zoo'"
-                             + (f"; got {', '.join(given)}" if given else ""))
+            raise ValueError("give exactly one of 'model' (ONNX path), 'layers' (inline list), 'zoo' or 'from'"
+                             " (another scenario, with 'quantize')" + (f"; got {', '.join(given)}" if given else ""))
+        if (self.from_ is None) != (self.quantize is None):
+            raise ValueError(DERIVE_PAIR)
         return self
 
 

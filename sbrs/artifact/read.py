@@ -82,16 +82,29 @@ def manifest_checksum(manifest: Mapping[str, Any]) -> str:
     return digest.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def input_record(path: Path, base: Path) -> dict[str, Any]:
-    """What the fingerprint keeps of one input file (path relative to the build folder's parent)."""
+def input_record(path: Path, base: Path, glob: str | None = None) -> dict[str, Any]:
+    """What the fingerprint keeps of one input file (path relative to the build folder's parent); with ``glob``,
+    of a folder: the names of its files that match (a file added or removed makes the build stale; the files'
+    contents are inputs of their own)."""
+    relative = os.path.relpath(path.resolve(), base.resolve())
+    if glob is not None:
+        return {"path": relative, "glob": glob, "names": _listing(path, glob)}
     stat = path.stat()
-    return {"path": os.path.relpath(path.resolve(), base.resolve()), "size": stat.st_size,
-            "mtime_ns": stat.st_mtime_ns, "sha256": file_sha256(path)}
+    return {"path": relative, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": file_sha256(path)}
+
+
+def _listing(folder: Path, glob: str) -> list[str]:
+    return sorted(path.name for path in folder.glob(glob) if path.is_file())
 
 
 def changed_input(record: Mapping[str, Any], base: Path) -> str | None:
-    """Why the input file of ``record`` no longer matches (None when it does)."""
+    """Why the input file (or folder) of ``record`` no longer matches (None when it does)."""
     path = base / record["path"]
+    if "glob" in record:
+        if not path.is_dir():
+            return f"{record['path']} is missing"
+        return None if _listing(path, record["glob"]) == record["names"] else \
+            f"{record['path']} has other {record['glob']} files than at the build"
     try:
         stat = path.stat()
     except OSError:
@@ -281,7 +294,8 @@ def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
         scenarios=tuple(ScenarioConfig(s["name"], s["defined_in"], s["model_kind"], s["model_path"],
                                        RequirementSet(**s["requirements"]),
                                        DeclaredCharacteristics(**s["characteristics"]),
-                                       spec_from_dict(s.get("postprocess")),
+                                       spec_from_dict(s.get("postprocess")), s.get("derived_from"),
+                                       s.get("quantize"), s.get("calibration"),
                                        None if s.get("input_size") is None else tuple(s["input_size"]))
                         for s in data["scenarios"]),
         runtime=RuntimeOptions(**{**data["runtime"], "providers": tuple(data["runtime"]["providers"])}),

@@ -91,16 +91,32 @@ class _WeightsFile:
 
 
 def input_files(app: App) -> list[Path]:
-    """Every file the build depends on: the app YAML, scenario files, each scenario's ONNX file.
+    """Every file the build depends on: the app YAML, scenario files, each scenario's ONNX file, the calibration
+    frames of a derived scenario.
 
     Models generated from the zoo or the inline layer language are not inputs: they follow from the YAML
-    and the sbrs version, both in the fingerprint, and their cached exports may come and go."""
+    and the sbrs version, both in the fingerprint, and their cached exports may come and go. A derived
+    scenario's model follows from its source (an input, or generated) and its calibration frames, which are
+    inputs, and their folder's listing too (``input_folders``)."""
+    from sbrs.app.derive import calibration_files
+
     files = [Path(app.config.path)]
     for scenario in app.config.scenarios:
         files.append(Path(scenario.defined_in))
         if scenario.model_kind == "onnx":
             files.append(Path(scenario.model_path))
+        if scenario.calibration is not None:
+            files.extend(calibration_files(Path(scenario.calibration)))
     return list(dict.fromkeys(files))
+
+
+def input_folders(app: App) -> list[tuple[Path, str]]:
+    """The folders the build depends on as a listing (folder, pattern): each derived scenario's calibration
+    frames, so that a frame added or removed makes the build stale, as a frame changed does."""
+    from sbrs.app.derive import CALIBRATION_GLOB
+
+    folders = [Path(s.calibration) for s in app.config.scenarios if s.calibration is not None]
+    return [(folder, CALIBRATION_GLOB) for folder in dict.fromkeys(folders)]
 
 
 def scenario_memory_mb(app: App, plan: UnitPlan) -> dict[str, float]:
@@ -253,7 +269,8 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
                  (input_record(path, staging) for path in sorted(staging.iterdir()) if path.is_file())}
         manifest: dict[str, Any] = {
             "format": FORMAT, "sbrs": __version__, "app": app.name,
-            "inputs": [input_record(path, folder.parent) for path in input_files(app)],
+            "inputs": [*(input_record(path, folder.parent) for path in input_files(app)),
+                       *(input_record(path, folder.parent, glob) for path, glob in input_folders(app))],
             "options": {"granularity": plan.granularity, "transition": mode, "transition_arena": arena}
             if plan is not None else {"granularity": "parts", "transition": mode, "transition_arena": "shared"},
             "config": app.config.to_dict(),

@@ -131,7 +131,7 @@ def executable_bands(model: CnnModel, bands: Mapping[str, int]) -> dict[str, int
         if layer.op == INPUT_OP:
             if layer.name not in bands or len(model.tensors[layer.outputs[0]].shape) != 4:
                 result[layer.name] = layer_height(layer)
-        elif layer.op not in BANDABLE_OPS or auto_pad not in ("NOTSET", "VALID"):
+        elif layer.op not in BANDABLE_OPS or auto_pad not in ("NOTSET", "VALID") or layer.qdq is not None:
             result[layer.name] = layer_height(layer)
     return result
 
@@ -175,7 +175,7 @@ def compile_scenario(model: CnnModel, bands: Mapping[str, int], *, name: str | N
     scenario = name or model.name
     for layers, _ in tiles:
         for layer in layers:
-            if model.layer(layer).op not in BANDABLE_OPS:
+            if model.layer(layer).op not in BANDABLE_OPS or model.layer(layer).qdq is not None:
                 raise InputError(f"tile group: layer '{layer}' ({model.layer(layer).op}) cannot run by bands",
                                  field="tiles")
     bands = executable_bands(model, bands)

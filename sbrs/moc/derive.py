@@ -14,7 +14,8 @@
 What the listing leaves open, decided here (and tested in ``tests/moc``):
 
 - Equation 5.1 compares all of Table 2.1 except the attributes in A: type, op, domain and opset version,
-  X and Y (shapes and dtypes), kernel, stride, pads, dilation, groups, every ONNX attribute, the operand
+  X and Y (shapes and dtypes), kernel, stride, pads, dilation, groups, every ONNX attribute, the QDQ node unit
+  of a quantized layer (``Layer.qdq``: which operands are dequantized, with which attributes), the operand
   structure (which ONNX input positions are data, parameters or absent, and the parameters' shapes and
   dtypes) and, unless adaptive, par, I and O.
 - With both I and O in A, X and Y are compared without their spatial sizes (every dimension after N and C):
@@ -58,7 +59,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -123,6 +124,7 @@ class _Fixed:
     operand_kinds: tuple[str, ...]
     output_kinds: tuple[str, ...]
     param_specs: tuple[TensorSpec, ...]
+    qdq: Any = None  # the frozen QDQ node unit: which operands are dequantized how, and the output's quantization
 
 
 @dataclass(frozen=True)
@@ -277,6 +279,7 @@ def _layer_views(scenario: str, model: CnnModel, sizes_adaptive: bool = False) -
             operand_kinds=tuple("" if not o else "param" if o in params else "data" for o in layer.operands),
             output_kinds=tuple("data" if o else "" for o in layer.outputs),
             param_specs=tuple(TensorSpec(p.shape, p.dtype) for p in parameters),
+            qdq=None if layer.qdq is None else freeze(asdict(layer.qdq)),
         )
         views.append(_View(scenario, layer, fixed, tuple(p.digest for p in parameters),
                            tuple(producers[t] for t in layer.inputs), input_specs, output_specs))
@@ -509,5 +512,6 @@ def _super_layer(group: _Group, layer_id: str, control: Mapping[str, str],
         scenarios=tuple(group.members),
         control=dict(control),
         reuse="none" if not shared else "partial" if control else "full",
+        qdq=founder.layer.qdq,
         sized=len({view.sizes for view in group.members.values()}) > 1,
     )

@@ -16,10 +16,10 @@ Every value here is immutable in intent (frozen dataclasses; the mappings inside
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from sbrs.model.cnn import TensorSpec
+from sbrs.model.cnn import Qdq, TensorSpec
 
 #: The run-time adaptive layer attributes Algorithm 5 accepts in A (thesis Section 5.8).
 ADAPTIVE_ATTRIBUTES: tuple[str, ...] = ("I", "O", "par")
@@ -47,7 +47,8 @@ class SuperLayer:
     the operand structure: per ONNX input position ``"data"``, ``"param"`` or ``""`` (absent optional input);
     ``output_kinds`` the same per output position (``"data"`` or ``""``). ``reuse`` is ``"full"`` (several
     scenarios, no control parameter), ``"partial"`` (several scenarios, some attributes set by control
-    parameters) or ``"none"`` (one scenario), as in the reuse row of Table 5.1.
+    parameters) or ``"none"`` (one scenario), as in the reuse row of Table 5.1. ``qdq``: the QDQ node unit
+    of a quantized layer (``sbrs.model.cnn.Qdq``); its operands are then the unit's.
     """
 
     id: str
@@ -72,12 +73,14 @@ class SuperLayer:
     scenarios: tuple[str, ...]
     control: Mapping[str, str]
     reuse: str
+    qdq: Qdq | None = None
     #: whether the scenarios it runs in give it tensors of different sizes (the same layer at several input sizes,
     #: app.yaml ``input_size``): X and Y above are the first scenario's; each step's come from its I and O edges
     sized: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        data = {
+        quantized = {"qdq": asdict(self.qdq)} if self.qdq is not None else {}
+        data = quantized | {
             "id": self.id,
             "type": self.type,
             "op": self.op,

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -84,7 +85,7 @@ def rebuild_scenario(moc: Moc, scenario: str, weights: Mapping[str, np.ndarray] 
             input_shapes=tuple(spec.shape for spec in input_specs),
             output_shapes=tuple(spec.shape for spec in output_specs),
             kernel=sl.kernel, stride=sl.stride, pads=sl.pads, dilation=sl.dilation, groups=sl.groups,
-            attributes=dict(sl.attributes), params=tuple(dict.fromkeys(params)), domain=sl.domain,
+            attributes=dict(sl.attributes), params=tuple(dict.fromkeys(params)), domain=sl.domain, qdq=sl.qdq,
         ))
     store = WeightStore((d, weights[d]) for d in sorted(digests) if weights is not None and d in weights)
     return CnnModel(
@@ -144,6 +145,7 @@ def _canonical_layer(layer: Layer, producers: Mapping[str, tuple[str, int]]) -> 
         "pads": layer.pads, "dilation": layer.dilation, "groups": layer.groups,
         "input_shapes": layer.input_shapes, "output_shapes": layer.output_shapes,
         "outputs": layer.outputs, "operands": tuple(operands),
+        "qdq": None if layer.qdq is None else freeze(asdict(layer.qdq)),
     }
 
 

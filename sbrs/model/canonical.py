@@ -28,13 +28,16 @@ import numpy as np
 import onnx
 
 from sbrs.errors import InputError
-from sbrs.model.cnn import SUPPORTED_OPS
+from sbrs.model.cnn import layer_type
 
 #: ONNX Runtime optimizers of the basic level that are switched off (names as ONNX Runtime registers them).
 DISABLED_OPTIMIZERS: tuple[str, ...] = (
     "ConvBNFusion", "ConvAddFusion", "ConvMulFusion", "ConvActivationFusion", "MatMulAddFusion",
     "MatMulScaleFusion", "GemmTransposeFusion", "GemmSumFusion", "GemmActivationFusion", "DivMulFusion",
     "FuseReluClip", "ReshapeFusion", "NotWhereFusion", "ConstantSharing", "CommonSubexpressionElimination",
+    # QDQ models: moving, doubling or removing QuantizeLinear/DequantizeLinear nodes is ONNX Runtime's to do in
+    # the sessions that run the model (it keeps DequantizeLinear of weights unfolded by itself)
+    "QDQPropagationTransformer", "EnsureUniqueDQForNodeUnit", "DoubleQDQPairsRemover", "QDQFinalCleanupTransformer",
 )
 
 
@@ -42,9 +45,14 @@ def needs_canonical(model: onnx.ModelProto) -> bool:
     """Whether ``model`` holds anything the canonical form removes (module docstring)."""
     parameters = {tensor.name for tensor in model.graph.initializer}
     for node in model.graph.node:
-        if node.op_type not in SUPPORTED_OPS or node.op_type == "Constant":
+        if layer_type(node.domain, node.op_type) is None or node.op_type == "Constant":
             return True
         if node.op_type == "Identity" and node.input and node.input[0] in parameters:
+            return True
+        # a node of constants (quantize_dynamic reshapes its biases so): folded, unless it dequantizes a
+        # weight, which ONNX Runtime's integer kernels read quantized (ONNX Runtime never folds those either)
+        inputs = [name for name in node.input if name]
+        if inputs and node.op_type != "DequantizeLinear" and all(name in parameters for name in inputs):
             return True
     return False
 

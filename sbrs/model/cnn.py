@@ -93,9 +93,41 @@ LAYER_TYPES: Mapping[str, str] = {
     "Cast": "transformation",
     "Where": "logical",
     "Equal": "logical",
+    # Quantized models (docs/QUANTIZED.md). Conversions between precisions form a new type, quantization;
+    # the integer forms of convolution and matrix product keep the type of their float op.
+    "QuantizeLinear": "quantization",
+    "DequantizeLinear": "quantization",
+    "DynamicQuantizeLinear": "quantization",
+    "QLinearConv": "convolutional",
+    "ConvInteger": "convolutional",
+    "QLinearMatMul": "fc",
+    "MatMulInteger": "fc",
 }
 
 SUPPORTED_OPS: frozenset[str] = frozenset(op for op in LAYER_TYPES if op not in (INPUT_OP, OUTPUT_OP))
+
+CONTRIB_DOMAIN = "com.microsoft"
+#: Ops of ONNX Runtime's own domain that its quantizer writes in the QOperator form, by layer type (Table 2.2).
+CONTRIB_LAYER_TYPES: Mapping[str, str] = {
+    "QLinearAdd": "arithmetic",
+    "QLinearMul": "arithmetic",
+    "QLinearGlobalAveragePool": "pooling",
+    "QLinearAveragePool": "pooling",
+    "QLinearConcat": "transformation",
+    "QLinearSigmoid": "activation",
+    "QLinearLeakyRelu": "activation",
+    "QLinearSoftmax": "loss",
+    "QGemm": "fc",
+}
+
+
+def layer_type(domain: str, op: str) -> str | None:
+    """Table 2.2 type of ``op`` in ``domain`` ("" and "ai.onnx" are standard ONNX); None when unsupported."""
+    if domain in ("", "ai.onnx"):
+        return LAYER_TYPES.get(op) if op in SUPPORTED_OPS else None
+    if domain == CONTRIB_DOMAIN:
+        return CONTRIB_LAYER_TYPES.get(op)
+    return None
 
 
 @dataclass(frozen=True)
@@ -132,9 +164,38 @@ def tensor_digest(array: np.ndarray) -> str:
     """Content identity of a tensor: dtype, shape and bytes (so equal values hash equal, whatever the name)."""
     contiguous = np.ascontiguousarray(array)
     digest = hashlib.sha256()
-    digest.update(f"{contiguous.dtype.str}{contiguous.shape}".encode())
+    # the array's own shape: np.ascontiguousarray makes a scalar one-dimensional, and a scalar is not a [1]
+    digest.update(f"{contiguous.dtype.str}{np.shape(array)}".encode())
     digest.update(contiguous.reshape(-1).view(np.uint8).data)  # the bytes in place: no copy of a large weight
     return digest.hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class QdqNode:
+    """A QuantizeLinear or DequantizeLinear node of a QDQ node unit (:class:`Qdq`): it reads ``count``
+    consecutive operands of the layer (value, scale and, if present, zero point) and has these attributes."""
+
+    count: int
+    attributes: dict[str, Any] = field(default_factory=dict)
+    domain: str = ""
+
+
+@dataclass(frozen=True)
+class Qdq:
+    """The QDQ node unit of a quantized layer (docs/QUANTIZED.md): DequantizeLinear nodes on some operands of
+    the layer's op and a QuantizeLinear on its output, as ``onnxruntime.quantization`` writes them and as ONNX
+    Runtime fuses them into one integer kernel (QLinearConv ...).
+
+    ``dequantize`` has one entry per ONNX input of the op: None for an operand the op reads as it is (one
+    operand of the layer), else the DequantizeLinear that makes it from the next ``count`` operands of the
+    layer. ``quantize``, when set, quantizes the op's output with the layer's last ``count`` operands. The
+    layer's ``operands`` are thus the unit's inputs from outside (the quantized tensors, integer weights,
+    scales and zero points), its ``outputs`` the quantized result: the float tensors between the nodes exist
+    only inside the unit, as they do inside ONNX Runtime's fused kernel.
+    """
+
+    dequantize: tuple[QdqNode | None, ...]
+    quantize: QdqNode | None = None
 
 
 @dataclass(frozen=True)
@@ -150,6 +211,9 @@ class Layer:
     ``fused``: activation layers folded into this one (``sbrs.model.fold``): the layer computes its own op,
     then each of them in order, and produces the last one's ``outputs``; its ``params`` include theirs. The
     first one reads the internal tensor named by its first operand. Empty for every imported layer.
+
+    ``qdq``: the QuantizeLinear/DequantizeLinear nodes around the op when the layer is a QDQ node unit
+    (:class:`Qdq`); ``operands`` then lists the unit's inputs, not the op's.
     """
 
     name: str
@@ -168,6 +232,7 @@ class Layer:
     params: tuple[ParamRef, ...] = ()
     domain: str = ""
     fused: tuple[Layer, ...] = ()
+    qdq: Qdq | None = None
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -224,7 +289,9 @@ class WeightStore(Mapping[str, np.ndarray]):
     def add(self, array: np.ndarray, digest: str | None = None) -> str:
         digest = digest or tensor_digest(array)
         if digest not in self._arrays:
-            frozen = np.ascontiguousarray(array)
+            # a scalar stays a scalar (np.ascontiguousarray would make it a [1]: ONNX Runtime's quantized ops
+            # refuse a [1] scale or zero point)
+            frozen = np.ascontiguousarray(array).reshape(np.shape(array))
             frozen.flags.writeable = False
             self._arrays[digest] = frozen
         return digest
@@ -301,14 +368,15 @@ def layer_work(layer: Layer) -> int:
     if layer.type == "data" or not layer.output_shapes:
         return 0
     out = int(np.prod(layer.output_shapes[0], dtype=np.int64))
-    if layer.op in ("Conv", "ConvTranspose") and layer.input_shapes:
+    if layer.op in ("Conv", "ConvTranspose", "QLinearConv", "ConvInteger") and layer.input_shapes:
         cin = int(layer.input_shapes[0][1]) if len(layer.input_shapes[0]) > 1 else 1
         return out * max(cin // max(layer.groups, 1), 1) * layer.kernel[0] * layer.kernel[1]
     if layer.op in ("MaxPool", "AveragePool"):
         return out * layer.kernel[0] * layer.kernel[1]
-    if layer.op in ("Gemm", "MatMul") and layer.input_shapes:
+    if layer.op in ("Gemm", "MatMul", "QLinearMatMul", "MatMulInteger", "QGemm") and layer.input_shapes:
         return out * int(layer.input_shapes[0][-1])
-    if layer.op in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceMax", "ReduceSum", "ReduceMin") \
+    if layer.op in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceMax", "ReduceSum", "ReduceMin",
+                    "QLinearGlobalAveragePool") \
             and layer.input_shapes:
         return int(np.prod(layer.input_shapes[0], dtype=np.int64))
     return out
@@ -334,12 +402,23 @@ def naive_buffer_bytes(model: CnnModel) -> int:
     return sum(edge.spec.nbytes for edge in model.edges)
 
 
+#: Integer element types of quantized weights, biases and zero points (int64 parameters are shapes, axes and
+#: indices, which nobody learned).
+QUANTIZED_DTYPES = frozenset({"int8", "uint8", "int16", "uint16", "int32"})
+
+
+def is_learned_dtype(dtype: str) -> bool:
+    """Whether a parameter of this element type counts as a learned parameter (Table 2.1's Θ): floats, and the
+    integers of quantized weights, biases, scales' zero points."""
+    return np.issubdtype(np.dtype(dtype), np.floating) or dtype in QUANTIZED_DTYPES
+
+
 def memory_figures(model: CnnModel) -> MemoryFigures:
     unique = unique_params([model])
-    floats = [p for p in unique.values() if np.issubdtype(np.dtype(p.dtype), np.floating)]
+    learned = [p for p in unique.values() if is_learned_dtype(p.dtype)]
     return MemoryFigures(
         params_bytes=sum(p.nbytes for p in unique.values()),
         naive_buffer_bytes=naive_buffer_bytes(model),
         tensor_bytes=sum(spec.nbytes for spec in model.tensors.values()),
-        parameters=sum(int(np.prod(p.shape, dtype=np.int64)) for p in floats),
+        parameters=sum(int(np.prod(p.shape, dtype=np.int64)) for p in learned),
     )

@@ -48,7 +48,7 @@ def _readers(layers: tuple[Layer, ...] | list[Layer]) -> dict[str, list[Layer]]:
 
 
 def _foldable_bn(layer: Layer, reader: Layer) -> bool:
-    if reader.op != "BatchNormalization" or reader.domain or reader.fused:
+    if reader.op != "BatchNormalization" or reader.domain or reader.fused or reader.qdq is not None:
         return False
     if int(reader.attributes.get("training_mode", 0)) or len(reader.outputs) != 1:
         return False
@@ -59,7 +59,8 @@ def _foldable_bn(layer: Layer, reader: Layer) -> bool:
 
 
 def _fusable_activation(model: CnnModel, reader: Layer) -> bool:
-    if reader.op not in FUSABLE_ACTIVATIONS or reader.domain or reader.fused or len(reader.outputs) != 1:
+    if reader.op not in FUSABLE_ACTIVATIONS or reader.domain or reader.fused or reader.qdq is not None \
+            or len(reader.outputs) != 1:
         return False
     if reader.op == "Clip":  # bounds must be constants (parameters) or absent
         params = _params_of(reader)
@@ -68,7 +69,8 @@ def _fusable_activation(model: CnnModel, reader: Layer) -> bool:
 
 
 def _conv_ok(layer: Layer) -> bool:
-    if layer.op != "Conv" or layer.domain or layer.fused or len(layer.outputs) != 1:
+    # a quantized convolution (a QDQ node unit) is ONNX Runtime's integer kernel already: nothing to fold
+    if layer.op != "Conv" or layer.domain or layer.fused or layer.qdq is not None or len(layer.outputs) != 1:
         return False
     params = _params_of(layer)
     return len(layer.operands) >= 2 and layer.operands[1] in params and (

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from sbrs.model.cnn import CnnModel, Layer, TensorSpec, WeightStore
+from sbrs.model.cnn import CnnModel, Layer, QdqNode, TensorSpec, WeightStore
 
 IR_VERSION = 8
 
@@ -31,7 +31,10 @@ def make_node(layer: Layer, outputs: Sequence[str] | None = None) -> onnx.NodePr
 
 
 def make_nodes(layer: Layer) -> list[onnx.NodeProto]:
-    """The ONNX nodes of ``layer``: one, or its op followed by its ``fused`` activations (``sbrs.model.fold``)."""
+    """The ONNX nodes of ``layer``: one, or its op followed by its ``fused`` activations (``sbrs.model.fold``),
+    or the nodes of its QDQ node unit (``Layer.qdq``)."""
+    if layer.qdq is not None:
+        return _qdq_nodes(layer)
     if not layer.fused:
         return [make_node(layer)]
     chain = [layer, *layer.fused]
@@ -40,6 +43,40 @@ def make_nodes(layer: Layer) -> list[onnx.NodeProto]:
         nodes.append(make_node(current, (after.operands[0],)))
     nodes.append(make_node(chain[-1], layer.outputs))
     return nodes
+
+
+def _qdq_nodes(layer: Layer) -> list[onnx.NodeProto]:
+    """DequantizeLinear nodes, the op, QuantizeLinear: the node unit ``layer.qdq`` describes. The float tensors
+    between them are named after the layer's first output, which is unique in any graph the layer is part of
+    (a unit's outputs are renamed to supergraph tensor ids), so the names stay unique wherever it goes."""
+    assert layer.qdq is not None
+    stem = next((o for o in layer.outputs if o), layer.name)
+    operands = iter(layer.operands)
+    nodes: list[onnx.NodeProto] = []
+    op_inputs: list[str] = []
+    for position, dequantize in enumerate(layer.qdq.dequantize):
+        if dequantize is None:
+            op_inputs.append(next(operands))
+            continue
+        inputs = [next(operands) for _ in range(dequantize.count)]
+        dequantized = f"{stem}/dequantized.{position}"
+        nodes.append(_qdq_node("DequantizeLinear", dequantize, inputs, dequantized, f"{layer.name}/dq.{position}"))
+        op_inputs.append(dequantized)
+    quantize = layer.qdq.quantize
+    op_outputs = list(layer.outputs) if quantize is None else [f"{stem}/float"]
+    node = helper.make_node(layer.op, op_inputs, op_outputs, name=layer.name, domain=layer.domain or None)
+    node.attribute.extend(_attribute(key, value) for key, value in layer.attributes.items())
+    nodes.append(node)
+    if quantize is not None:
+        inputs = [op_outputs[0], *(next(operands) for _ in range(quantize.count - 1))]
+        nodes.append(_qdq_node("QuantizeLinear", quantize, inputs, layer.outputs[0], f"{layer.name}/q"))
+    return nodes
+
+
+def _qdq_node(op: str, spec: QdqNode, inputs: list[str], output: str, name: str) -> onnx.NodeProto:
+    node = helper.make_node(op, inputs, [output], name=name, domain=spec.domain or None)
+    node.attribute.extend(_attribute(key, value) for key, value in spec.attributes.items())
+    return node
 
 
 def _value_info(name: str, spec: TensorSpec) -> onnx.ValueInfoProto:

@@ -22,8 +22,9 @@ from onnx import numpy_helper
 from sbrs.errors import InputError
 from sbrs.model.canonical import canonicalize, needs_canonical
 from sbrs.model.cnn import (
+    CONTRIB_DOMAIN,
+    CONTRIB_LAYER_TYPES,
     INPUT_OP,
-    LAYER_TYPES,
     OUTPUT_OP,
     SUPPORTED_OPS,
     CnnModel,
@@ -32,8 +33,10 @@ from sbrs.model.cnn import (
     TensorSpec,
     WeightStore,
     layer_edges,
+    layer_type,
 )
 from sbrs.model.onnx_file import is_placeholder, read_onnx
+from sbrs.model.quantized import group_qdq, is_surrogate_tensor, shape_surrogates
 
 _ONNX_DOMAINS = ("", "ai.onnx")
 
@@ -90,18 +93,33 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _refuse_unsupported(model: onnx.ModelProto, source: str, *, foreign_only: bool = False) -> None:
+    """One-line refusal of the first node whose op is not supported (``foreign_only``: only ops of other
+    domains than standard ONNX, which the canonical form cannot fold away, except ONNX Runtime's supported
+    quantized ops)."""
     for index, node in enumerate(model.graph.node):
-        supported = node.domain in _ONNX_DOMAINS and (foreign_only or node.op_type in SUPPORTED_OPS
-                                                      or node.op_type == "Constant")
-        if not supported:
-            label = node.name or f"#{index}"
-            op = f"{node.domain}::{node.op_type}" if node.domain not in _ONNX_DOMAINS else node.op_type
-            hint = ("an op of another domain than standard ONNX: export with standard ops only (e.g. no "
-                    "operator_export_type=ONNX_ATEN_FALLBACK, no ORT-optimized files)" if node.domain not in
-                    _ONNX_DOMAINS else "its inputs are not constant once the app's input shape is fixed, so it "
-                    "could not be folded; re-export with a newer opset or without that operation")
-            raise InputError(f"node '{label}': unsupported op '{op}' ({hint}; supported: "
-                             f"{', '.join(sorted(SUPPORTED_OPS))})", file=source)
+        supported = layer_type(node.domain, node.op_type) is not None or (node.domain in _ONNX_DOMAINS and (
+            foreign_only or node.op_type == "Constant"))  # before the canonical form, any standard op may fold
+        if supported:
+            continue
+        label = node.name or f"#{index}"
+        op = f"{node.domain}::{node.op_type}" if node.domain not in _ONNX_DOMAINS else node.op_type
+        raise InputError(f"node '{label}': unsupported op '{op}' ({_refusal_hint(node)})", file=source)
+
+
+def _refusal_hint(node: onnx.NodeProto) -> str:
+    """Why ``node`` is refused and what would help, in a few words."""
+    if node.domain == CONTRIB_DOMAIN:
+        return ("an ONNX Runtime op that sbrs does not run as a layer; of that domain it supports the "
+                f"quantized ops {', '.join(sorted(CONTRIB_LAYER_TYPES))} (docs/QUANTIZED.md)")
+    if node.domain not in _ONNX_DOMAINS:
+        return ("an op of another domain than standard ONNX: export with standard ops only (e.g. no "
+                "operator_export_type=ONNX_ATEN_FALLBACK, no ORT-optimized files)")
+    if "Quantize" in node.op_type or node.op_type.startswith(("QLinear", "MatMulInteger", "ConvInteger")) \
+            or node.op_type.endswith("Integer"):
+        return ("a quantization op sbrs does not support; quantize with onnxruntime.quantization's QDQ or "
+                "QOperator format, or dynamic quantization (docs/QUANTIZED.md)")
+    return ("its inputs are not constant once the app's input shape is fixed, so it could not be folded; "
+            f"re-export with a newer opset or without that operation; supported: {', '.join(sorted(SUPPORTED_OPS))}")
 
 
 def _fold_constants(model: onnx.ModelProto) -> None:
@@ -124,14 +142,40 @@ def _fold_constants(model: onnx.ModelProto) -> None:
 
 
 def _check_topology(model: onnx.ModelProto, source: str) -> None:
-    """Every operand is an initializer, a graph input or the output of an earlier node."""
-    available = {init.name for init in model.graph.initializer} | {value.name for value in model.graph.input}
-    for index, node in enumerate(model.graph.node):
+    """Sort the nodes topologically (stable: a sorted graph keeps its order), and refuse an operand that no
+    node, initializer or graph input provides, or a cycle.
+
+    The ONNX standard asks for sorted nodes, but ONNX Runtime runs unsorted graphs, and
+    ``onnxruntime.transformers.float16`` appends the Casts of its float32 inputs at the end of the graph."""
+    graph = model.graph
+    available = {init.name for init in graph.initializer} | {value.name for value in graph.input}
+    produced = {output for node in graph.node for output in node.output if output}
+    for index, node in enumerate(graph.node):
         for operand in node.input:
-            if operand and operand not in available:
-                raise InputError(f"node '{node.name or f'#{index}'}': input '{operand}' is produced by no earlier node"
-                                 " (graph not topologically sorted, or dangling)", file=source)
-        available.update(node.output)
+            if operand and operand not in available and operand not in produced:
+                raise InputError(f"node '{node.name or f'#{index}'}': input '{operand}' is produced by no node "
+                                 "and is neither an initializer nor a graph input", file=source)
+    pending = list(graph.node)
+    ordered: list[onnx.NodeProto] = []
+    while pending:
+        waiting = []
+        for node in pending:
+            if all(not operand or operand in available for operand in node.input):
+                ordered.append(node)
+                available.update(node.output)
+            else:
+                waiting.append(node)
+        if len(waiting) == len(pending):
+            node = waiting[0]
+            raise InputError(f"node '{node.name or node.op_type}': part of a cycle (its inputs depend on its own "
+                             "outputs)", file=source)
+        pending = waiting
+    if any(a is not b for a, b in zip(ordered, graph.node, strict=True)):
+        sorted_nodes = [onnx.NodeProto() for _ in ordered]
+        for target, node in zip(sorted_nodes, ordered, strict=True):
+            target.CopyFrom(node)
+        del graph.node[:]
+        graph.node.extend(sorted_nodes)
 
 
 def _data_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -182,7 +226,7 @@ def _infer_shapes(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
         message = " ".join(str(exc).split())
         raise InputError(f"ONNX shape inference failed: {message[:300]}", file=source) from None
     del model.graph.value_info[:]
-    model.graph.value_info.extend(inferred.graph.value_info)
+    model.graph.value_info.extend(v for v in inferred.graph.value_info if not is_surrogate_tensor(v.name))
     del model.graph.output[:]
     model.graph.output.extend(inferred.graph.output)
     return model
@@ -197,7 +241,11 @@ def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     light.functions.extend(model.functions)
     graph, target = model.graph, light.graph
     target.name = graph.name
-    target.node.extend(graph.node)
+    opsets = {entry.domain or "": int(entry.version) for entry in model.opset_import}
+    nodes, surrogate_initializers = shape_surrogates(
+        graph.node, opsets.get("", opsets.get("ai.onnx", 0)), {t.name: t.data_type for t in graph.initializer})
+    target.node.extend(nodes)
+    target.initializer.extend(surrogate_initializers)
     target.input.extend(graph.input)
     target.output.extend(graph.output)
     target.value_info.extend(graph.value_info)
@@ -277,16 +325,21 @@ def _same_pads(in_hw: tuple[int, int], kernel: tuple[int, int], stride: tuple[in
     return begin[0], begin[1], end[0], end[1]
 
 
+#: Operand position of the weight of the convolutions whose weight is not their second operand.
+_WEIGHT_POSITION = {"QLinearConv": 3}
+
+
 def _table_2_1(node: onnx.NodeProto, attrs: dict[str, Any], in_shapes: list[tuple[int, ...]],
                params: dict[str, np.ndarray]) -> dict[str, Any]:
     """Kernel, stride, pads, dilation and groups of thesis Table 2.1 for one node."""
     op = node.op_type
     in_hw = _hw(in_shapes[0]) if in_shapes else (1, 1)
     derived: dict[str, Any] = {}
-    if op in ("Conv", "ConvTranspose", "MaxPool", "AveragePool"):
+    if op in ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "QLinearConv", "ConvInteger", "QLinearAveragePool"):
         kernel_shape = attrs.get("kernel_shape")
-        if kernel_shape is None and op.startswith("Conv") and len(node.input) > 1 and node.input[1] in params:
-            kernel_shape = list(params[node.input[1]].shape[2:])
+        weight = _WEIGHT_POSITION.get(op, 1)
+        if kernel_shape is None and "Conv" in op and len(node.input) > weight and node.input[weight] in params:
+            kernel_shape = list(params[node.input[weight]].shape[2:])
         kernel = _pair(kernel_shape, 1)
         stride = _pair(attrs.get("strides"), 1)
         dilation = _pair(attrs.get("dilations"), 1)
@@ -296,7 +349,8 @@ def _table_2_1(node: onnx.NodeProto, attrs: dict[str, Any], in_shapes: list[tupl
         else:
             pads = _pads4(attrs.get("pads"))
         derived.update(kernel=kernel, stride=stride, pads=pads, dilation=dilation, groups=int(attrs.get("group", 1)))
-    elif op in ("GlobalAveragePool", "GlobalMaxPool", "Gemm", "MatMul"):
+    elif op in ("GlobalAveragePool", "GlobalMaxPool", "Gemm", "MatMul", "QLinearGlobalAveragePool", "QGemm",
+                "QLinearMatMul", "MatMulInteger"):
         derived["kernel"] = in_hw  # Table 2.1: kh = X.h, kw = X.w for FC and global pooling
     elif op == "Slice" and len(node.input) > 4 and node.input[3] in params and node.input[4] in params:
         rank = len(in_shapes[0]) if in_shapes else 4
@@ -367,7 +421,7 @@ def _build(model: onnx.ModelProto, values: Mapping[str, np.ndarray], source: str
         layers.append(Layer(
             name=label,
             op=node.op_type,
-            type=LAYER_TYPES[node.op_type],
+            type=layer_type(node.domain, node.op_type) or "",
             operands=tuple(node.input),
             outputs=tuple(node.output),
             input_shapes=tuple(in_shapes),
@@ -385,6 +439,7 @@ def _build(model: onnx.ModelProto, values: Mapping[str, np.ndarray], source: str
         layer_name = unique(f"output:{output}")
         layers.append(Layer(layer_name, OUTPUT_OP, "data", (output,), (), (specs[output].shape,), ()))
 
+    layers, specs = group_qdq(layers, specs, graph_outputs)
     edges = layer_edges(layers, specs)
 
     opsets = {entry.domain or "": int(entry.version) for entry in model.opset_import}

@@ -101,7 +101,8 @@ def _same_config(built: AppConfig, loaded: AppConfig) -> bool:
 
     def placeless(config: AppConfig) -> AppConfig:
         return replace(config, path=Path(config.path).name, scenarios=tuple(
-            replace(s, defined_in=Path(s.defined_in).name, model_path=Path(s.model_path).name)
+            replace(s, defined_in=Path(s.defined_in).name, model_path=Path(s.model_path).name,
+                    calibration=None if s.calibration is None else Path(s.calibration).name)
             for s in config.scenarios))
 
     return placeless(built) == placeless(loaded)
