@@ -227,7 +227,7 @@ def test_unknown_scenario_keys_list_from_as_the_user_writes_it(tmp_path: Path, c
     _edit(tmp_path / "app.yaml", "    quantize: {mode: fp16}", "    quantize: {mode: fp16}\n    precision: 16")
     assert main(["check", str(tmp_path / "app.yaml")]) == 2
     err = capsys.readouterr().err
-    assert "precision: unknown key (allowed: characteristics, from, layers, model, name, postprocess, quantize," in err
+    assert "precision: unknown key (allowed: characteristics, from, input_size, layers, model, name, postprocess, quantize," in err
     assert "from_" not in err
 
 
