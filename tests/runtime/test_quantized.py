@@ -83,6 +83,19 @@ def test_resnet18_forms_and_half_io_apps_run_equal_to_onnx_runtime(quantized_zoo
     _assert_every_scenario_equals_onnx_runtime(half, seeds=(0,))
 
 
+def test_a_build_of_quantized_scenarios_runs_equal_to_onnx_runtime(quantized_zoo: Callable[..., Path],
+                                                                   tmp_path: Path) -> None:
+    """``sbrs build`` writes the units with their weights in weights.bin (scales and zero points as scalars)
+    and ``sbrs run`` opens them from there."""
+    from sbrs.cli import main
+
+    forms = ("fp32", "qdq-per-channel-s8", "qoperator", "fp16-ort")
+    app = _app(tmp_path, "built", {form: quantized_zoo("mobilenet_v2", form) for form in forms})
+    assert main(["build", app.config.path, "--json"]) == 0
+    assert (tmp_path / "built.build").is_dir()
+    _assert_every_scenario_equals_onnx_runtime(load_app(app.config.path), seeds=(0,))
+
+
 def test_committed_torchvision_forms_run_equal_to_onnx_runtime(tmp_path: Path) -> None:
     for stem in ("mobilenet_v3_small-legacy-64", "shufflenet_v2_x0_5-legacy-64"):
         files = {path.stem.removeprefix(stem + "-").replace("-", "_"): path
