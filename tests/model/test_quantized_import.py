@@ -205,8 +205,9 @@ SCALE = [numpy_helper.from_array(np.array(0.05, np.float32), "s"), numpy_helper.
 @pytest.mark.parametrize(("nodes", "message"), [
     ([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q", domain="com.microsoft"),
       helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq")],
-     r"m\.onnx: node 'q': unsupported op 'com\.microsoft::QuantizeLinear' \(an ONNX Runtime op that sbrs does "
-     r"not run as a layer; of that domain it supports the quantized ops QGemm, .* \(docs/QUANTIZED\.md\)\)$"),
+     r"m\.onnx: node 'q': unsupported op 'com\.microsoft::QuantizeLinear' \(an ONNX Runtime op sbrs does not "
+     r"run: export without ONNX Runtime's optimizations; of that domain only the quantized ops QGemm, .* run, "
+     r"see docs/QUANTIZED\.md\)$"),
     ([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q"),
       helper.make_node("QLinearReduceMean", ["q", "s", "z", "s", "z"], ["r"], name="mean", domain="com.microsoft"),
       helper.make_node("DequantizeLinear", ["r", "s", "z"], ["y"], name="dq")],
