@@ -255,3 +255,42 @@ def test_a_cycle_is_refused_in_one_line() -> None:
              helper.make_node("Relu", ["a"], ["y"], name="out")]
     with pytest.raises(InputError, match=r"^m\.onnx: node 'first': part of a cycle"):
         import_model(_graph(nodes, []), source="m.onnx")
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(scales=st.lists(st.floats(1e-3, 0.5), min_size=3, max_size=3), points=st.lists(st.integers(0, 255),
+       min_size=3, max_size=3), signed=st.booleans(), per_channel=st.booleans(), seed=st.integers(0, 2**16))
+def test_hand_written_qdq_chains_group_into_units_and_equal_onnx_runtime(scales: list[float], points: list[int],
+                                                                        signed: bool, per_channel: bool,
+                                                                        seed: int) -> None:
+    """x → Q → [DQ → Conv(DQ(w)) → Q] → [DQ → Relu → Q] → DQ → y: two node units, one standalone Q and DQ;
+    the imported model runs exactly as ONNX Runtime runs the file, on 1-byte tensors between the units."""
+    rng = np.random.default_rng(seed)
+    dtype = np.int8 if signed else np.uint8
+    zero = [np.array(p - 128 if signed else p, dtype) for p in points]
+    channels = 6
+    weight_scale = (rng.uniform(0.001, 0.05, channels) if per_channel else np.array(0.02)).astype(np.float32)
+    inits = [numpy_helper.from_array(np.array(s, np.float32), f"s{k}") for k, s in enumerate(scales)]
+    inits += [numpy_helper.from_array(z, f"z{k}") for k, z in enumerate(zero)]
+    inits += [numpy_helper.from_array(rng.integers(-127, 128, (channels, 4, 3, 3)).astype(np.int8), "w"),
+              numpy_helper.from_array(weight_scale, "ws"),
+              numpy_helper.from_array(np.zeros(weight_scale.shape, np.int8), "wz")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s0", "z0"], ["q0"]),
+             helper.make_node("DequantizeLinear", ["q0", "s0", "z0"], ["f0"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["fw"], **({"axis": 0} if per_channel else {})),
+             helper.make_node("Conv", ["f0", "fw"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("QuantizeLinear", ["c", "s1", "z1"], ["q1"]),
+             helper.make_node("DequantizeLinear", ["q1", "s1", "z1"], ["f1"]),
+             helper.make_node("Relu", ["f1"], ["r"], name="relu"),
+             helper.make_node("QuantizeLinear", ["r", "s2", "z2"], ["q2"]),
+             helper.make_node("DequantizeLinear", ["q2", "s2", "z2"], ["y"])]
+    source = _graph(nodes, inits)
+    model = import_model(source)
+    assert [layer.op for layer in model.compute_layers] == ["QuantizeLinear", "Conv", "Relu", "DequantizeLinear"]
+    conv, relu = model.layer("conv"), model.layer("relu")
+    assert conv.qdq is not None and relu.qdq is not None and conv.qdq.quantize is not None
+    assert [d is not None for d in conv.qdq.dequantize] == [True, True]
+    assert {e.spec.dtype for e in model.edges if e.src in ("conv", "relu") or e.dst in ("conv", "relu")} == \
+        {np.dtype(dtype).name}
+    frame = np.random.default_rng(seed).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    assert np.array_equal(_run(to_onnx(model), frame), _run(source, frame))
