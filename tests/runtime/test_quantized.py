@@ -218,3 +218,27 @@ def test_an_app_with_an_int8_scenario_runs_by_parts_within_its_memory_limit(quan
             runtime.switch(scenario)
             frame = random_frame(app, 3)
             assert_equivalent(runtime.infer(frame), refs.outputs(scenario, frame), f"by parts: {scenario}")
+
+
+def test_two_int8_heads_on_one_backbone_share_its_units_and_stay_equal(quantized_zoo: Callable[..., Path],
+                                                                       tmp_path: Path) -> None:
+    """The zoo's MobileNetV2 with 1000 and 10 classes (same seeded backbone) quantized on the same frames with
+    uint8 activations: the backbone is one shared unit, cut from the heads on a uint8 tensor, and each
+    scenario still equals ONNX Runtime on its own file, also when switching between them."""
+    app = _app(tmp_path, "heads", {f"classes{n}": quantized_zoo("mobilenet_v2", "qdq-per-channel-u8", classes=n)
+                                   for n in (1000, 10)})
+    plan = build_unit_plan(app)
+    shared = [unit for unit in plan.units if len(unit.scenarios) == 2]
+    assert shared and all(t.dtype == "uint8" for t in plan.tensors if any(t.id in u.outputs for u in shared))
+    _assert_every_scenario_equals_onnx_runtime(app)
+    refs = References(app)
+    frames = [random_frame(app, k) for k in range(3)]
+    with runtime_for(app, transition="sbrs-tp") as runtime:
+        for old, new in (("classes1000", "classes10"), ("classes10", "classes1000")):
+            for step in range(1, len(runtime.plan.sequences[old]) + 1):
+                runtime.switch(old)
+                runtime.infer(frames[2])
+                results = list(runtime._process(frames[:2], order="stream", inject=(step, new)))
+                assert [r.scenario for r in results] == [old, new]
+                for result, frame in zip(results, frames[:2], strict=True):
+                    assert_equivalent(result.outputs, refs.outputs(result.scenario, frame), f"{old}->{new}@{step}")
