@@ -294,3 +294,48 @@ def test_hand_written_qdq_chains_group_into_units_and_equal_onnx_runtime(scales:
         {np.dtype(dtype).name}
     frame = np.random.default_rng(seed).standard_normal((1, 4, 8, 8)).astype(np.float32)
     assert np.array_equal(_run(to_onnx(model), frame), _run(source, frame))
+
+
+def _contrib(op: str, inputs: list[str], **attributes: object) -> onnx.NodeProto:
+    return helper.make_node(op, inputs, ["r"], name=op.lower(), domain="com.microsoft", **attributes)
+
+
+QX = ["q", "s", "z"]  # the quantized input with its scale and zero point
+CONTRIB_CASES: dict[str, tuple[list[onnx.NodeProto], list[onnx.TensorProto]]] = {
+    "QLinearAdd": ([_contrib("QLinearAdd", [*QX, "c", "s", "z", "s2", "z"])],
+                   [numpy_helper.from_array(np.arange(4, dtype=np.uint8).reshape(1, 4, 1, 1) * 9, "c")]),
+    "QLinearMul": ([_contrib("QLinearMul", [*QX, *QX, "s2", "z"])], []),
+    "QLinearSigmoid": ([_contrib("QLinearSigmoid", [*QX, "s2", "z"])], []),
+    "QLinearLeakyRelu": ([_contrib("QLinearLeakyRelu", [*QX, "s2", "z"], alpha=0.1)], []),
+    "QLinearSoftmax": ([_contrib("QLinearSoftmax", [*QX, "s2", "z"], axis=-1, opset=13)], []),
+    "QLinearGlobalAveragePool": ([_contrib("QLinearGlobalAveragePool", [*QX, "s2", "z"], channels_last=0)], []),
+    "QLinearAveragePool": ([_contrib("QLinearAveragePool", [*QX, "s2", "z"], kernel_shape=[3, 3], strides=[2, 2],
+                                     pads=[1, 1, 1, 1], count_include_pad=1)], []),
+    "QLinearConcat": ([_contrib("QLinearConcat", ["s2", "z", *QX, *QX], axis=1)], []),
+    "QGemm": ([helper.make_node("Flatten", ["q"], ["f"]),
+               helper.make_node("QGemm", ["f", "s", "z", "w", "ws", "wz", "", "s2", "z"], ["r"], name="qgemm",
+                                domain="com.microsoft", transB=1)],
+              [numpy_helper.from_array(np.random.default_rng(3).integers(-127, 128, (5, 256)).astype(np.int8), "w"),
+               numpy_helper.from_array(np.array(0.01, np.float32), "ws"),
+               numpy_helper.from_array(np.array(0, np.int8), "wz")]),
+}
+
+
+@pytest.mark.parametrize("op", sorted(CONTRIB_CASES))
+def test_every_supported_onnx_runtime_op_imports_and_runs_as_onnx_runtime_runs_it(op: str) -> None:
+    from sbrs.model.cnn import CONTRIB_LAYER_TYPES
+
+    assert set(CONTRIB_CASES) == set(CONTRIB_LAYER_TYPES)
+    nodes, inits = CONTRIB_CASES[op]
+    inits = [*SCALE, numpy_helper.from_array(np.array(0.1, np.float32), "s2"), *inits]
+    source = _graph([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), *nodes,
+                     helper.make_node("DequantizeLinear", ["r", "s2", "z"], ["y"])], inits,
+                    {"": 17, "com.microsoft": 1})
+    model = import_model(source)
+    layer = model.layer(nodes[-1].name)
+    assert (layer.domain, layer.op, layer.type) == ("com.microsoft", op, CONTRIB_LAYER_TYPES[op])
+    assert all(model.tensors[t].dtype == "uint8" for t in (*layer.inputs, *layer.outputs))
+    frame = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    want = _run(source, frame)
+    assert model.tensors[model.graph_outputs[0]].shape == want.shape
+    assert np.array_equal(_run(to_onnx(model), frame), want)
