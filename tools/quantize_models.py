@@ -14,7 +14,7 @@ The files under tests/data/torchvision/quantized were made with
     python tools/quantize_models.py tests/data/torchvision/shufflenet_v2_x0_5-legacy-64.onnx \
         tests/data/torchvision/quantized --forms qdq-per-tensor-u8,qoperator,dynamic,fp16-onnxconverter-half-io
 
-(onnxruntime 1.32, onnxconverter-common 1.16); tests/model/test_quantized_import.py makes the zoo's at test time.
+(onnxruntime 1.32, onnxconverter-common 1.16); tests/model/test_quantized.py makes the zoo's at test time.
 """
 
 from __future__ import annotations
