@@ -14,7 +14,7 @@ The files under tests/data/torchvision/quantized were made with
     python tools/quantize_models.py tests/data/torchvision/shufflenet_v2_x0_5-legacy-64.onnx \
         tests/data/torchvision/quantized --forms qdq-per-tensor-u8,qoperator,dynamic,fp16-onnxconverter-half-io
 
-(onnxruntime 1.32, onnxconverter-common 1.16); tests/model/test_quantized_import.py makes the zoo's at test time.
+(onnxruntime 1.32, onnxconverter-common 1.16); tests/model/test_quantized.py makes the zoo's at test time.
 """
 
 from __future__ import annotations
@@ -42,8 +42,13 @@ def _frames(model: onnx.ModelProto, count: int) -> Iterator[dict[str, np.ndarray
 
 def quantize(source: str | Path, target: str | Path, form: str, frames: int = 4) -> Path:
     """Write ``form`` (:data:`FORMS`) of the float32 model ``source`` to ``target``."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, \
-        quantize_static
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     source, target = Path(source), Path(target)

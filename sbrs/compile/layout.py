@@ -129,13 +129,13 @@ def layout_units(models: Mapping[str, CnnModel], moc: Moc, granularity: str,
     continues on the other from that prefix (``sbrs.compile.transitions.ResumeTable``), which a private copy
     would hide (drone: the stem and first block, 0.33 MB of weights, are what all five scenarios share).
 
-    Float16: steps that read or write a float16 tensor are always private, and never cut for switching
-    (``_float16_steps``): a unit boundary would round tensors ONNX Runtime keeps in float32.
+    float16 and int8 tensors: steps that read or write one are always private, and never cut for switching
+    (``_whole_steps``): a unit boundary there would change what ONNX Runtime computes (rounding, kernels).
     """
     if granularity not in GRANULARITIES:
         raise InputError(f"unknown granularity '{granularity}' (allowed: {', '.join(GRANULARITIES)})",
                          field="runtime.granularity")
-    private = _float16_steps(moc)
+    private = _whole_steps(moc)
     kept: set[StepKey] | None = None  # under ``resume``: the steps of the shared prefixes, from the first cut
     while True:
         layout, scenario_steps = _layout(models, moc, granularity, private, switch_steps, min_step_work)
@@ -150,21 +150,29 @@ def layout_units(models: Mapping[str, CnnModel], moc: Moc, granularity: str,
         private |= small
 
 
-def _float16_steps(moc: Moc) -> frozenset[StepKey]:
-    """The steps that read or write a float16 tensor: each scenario runs its own (module docstring, float16).
+#: Element types of tensors that a unit boundary must not cut (``_whole_steps``).
+WHOLE_DTYPES: frozenset[str] = frozenset({"float16", "int8"})
 
-    ONNX Runtime's CPU provider has few float16 kernels: inside one session it computes a float16 model in
-    float32 and drops the Cast pairs between nodes, so most float16 tensors are never rounded to float16. A
-    unit boundary on one rounds it (MobileNetV2 fp16 from two converters, sharing 151 layers: 1.6e-4 off
-    ONNX Runtime's output; keeping the boundary tensor as float32 only helps where the tensor has one
-    reader). A float16 layer is therefore never shared by two units' users, and SBRS-TP does not cut at a
-    float16 tensor (``_cut_for_switching``): a float16 scenario runs as one unit."""
+
+def _whole_steps(moc: Moc) -> frozenset[StepKey]:
+    """The steps that read or write a tensor of a type in ``WHOLE_DTYPES``: each scenario runs its own, and
+    SBRS-TP never cuts at such a tensor (``_cut_for_switching``), so a scenario made of them is one unit.
+
+    float16: ONNX Runtime's CPU provider has few float16 kernels; inside one session it computes a float16
+    model in float32 and drops the Cast pairs between nodes, so most float16 tensors are never rounded to
+    float16 there. A unit boundary on one rounds it (MobileNetV2 fp16 from two converters, sharing 151 layers:
+    1.6e-4 off ONNX Runtime's output; keeping the tensor as float32 at the boundary only helps where it has one
+    reader). int8: ONNX Runtime on x86 fuses a QDQ node unit with int8 activations into its integer kernel only
+    after turning the QuantizeLinear → DequantizeLinear pair around the tensor to uint8, which needs both in one
+    session: with a boundary there, the unit runs as a float convolution (MobileNetV2 s8 by layer: no
+    QLinearConv left, against 37 of 52 in one session). uint8 tensors (the other QDQ and QOperator forms) can
+    be cut anywhere, like float32."""
     keys: set[StepKey] = set()
     for steps in moc.steps.values():
         for step in steps:
             layer = moc.layer(step.layer_id)
             if layer.op not in (INPUT_OP, OUTPUT_OP) and any(
-                    spec.dtype == "float16" for spec in (*layer.input_specs, *layer.output_specs)):
+                    spec.dtype in WHOLE_DTYPES for spec in (*layer.input_specs, *layer.output_specs)):
                 keys.add(step_key(moc, step))
     return frozenset(keys)
 
@@ -218,7 +226,7 @@ def _cut_for_switching(runs: Mapping[tuple[StepKey, ...], str], sequences: Mappi
         limit = max(min(frame_work[s] for s in users[run[0]]) / switch_steps, min_step_work)
         count = min(math.ceil(prefix[-1] / limit), max(prefix[-1] // max(min_step_work, 1), 1))
         crossing = _crossing_bytes(run, layers, steps, models[owner])
-        half = _crossing_bytes(run, layers, steps, models[owner], dtype="float16")
+        whole = _crossing_bytes(run, layers, steps, models[owner], dtypes=WHOLE_DTYPES)
         cuts: list[int] = []
         for piece in range(1, count):
             ideal = piece * prefix[-1] / count
@@ -226,7 +234,7 @@ def _cut_for_switching(runs: Mapping[tuple[StepKey, ...], str], sequences: Mappi
             start = cuts[-1] if cuts else 0
             candidates = [k for k in range(start + 1, len(run))
                           if abs(prefix[k] - ideal) <= window and prefix[k] - prefix[start] >= min_step_work
-                          and prefix[-1] - prefix[k] >= min_step_work and not half[k]]
+                          and prefix[-1] - prefix[k] >= min_step_work and not whole[k]]
             if candidates:
                 cuts.append(min(candidates, key=lambda k: (crossing[k], abs(prefix[k] - ideal))))
         bounds = [0, *cuts, len(run)]
@@ -239,16 +247,16 @@ def _cut_for_switching(runs: Mapping[tuple[StepKey, ...], str], sequences: Mappi
 
 
 def _crossing_bytes(run: Sequence[StepKey], layers: Sequence[Layer], steps: _ScenarioSteps,
-                    model: CnnModel, dtype: str | None = None) -> list[int]:
-    """``crossing[k]``: bytes of the tensors (of element type ``dtype``, if given) produced before position k
-    of ``run`` and read at k or later."""
+                    model: CnnModel, dtypes: frozenset[str] | None = None) -> list[int]:
+    """``crossing[k]``: bytes of the tensors (of an element type in ``dtypes``, if given) produced before
+    position k of ``run`` and read at k or later."""
     produced: dict[str, tuple[int, int]] = {}  # supergraph tensor → (position, bytes)
     last_read: dict[str, int] = {}
     for position, (key, layer) in enumerate(zip(run, layers, strict=True)):
         for source in steps.sources[key]:
             last_read[source] = position
         for name in layer.outputs:
-            if name and (dtype is None or model.tensors[name].dtype == dtype):
+            if name and (dtypes is None or model.tensors[name].dtype in dtypes):
                 produced[steps.names[name]] = (position, model.tensors[name].nbytes)
     crossing = [0] * (len(run) + 1)
     for tensor, (made, size) in produced.items():

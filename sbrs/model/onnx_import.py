@@ -109,13 +109,12 @@ def _refuse_unsupported(model: onnx.ModelProto, source: str, *, foreign_only: bo
 def _refusal_hint(node: onnx.NodeProto) -> str:
     """Why ``node`` is refused and what would help, in a few words."""
     if node.domain == CONTRIB_DOMAIN:
-        return ("an ONNX Runtime op that sbrs does not run as a layer; of that domain it supports the "
-                f"quantized ops {', '.join(sorted(CONTRIB_LAYER_TYPES))} (docs/QUANTIZED.md)")
+        return ("an ONNX Runtime op sbrs does not run: export without ONNX Runtime's optimizations; of that domain "
+                f"only the quantized ops {', '.join(sorted(CONTRIB_LAYER_TYPES))} run, see docs/QUANTIZED.md")
     if node.domain not in _ONNX_DOMAINS:
         return ("an op of another domain than standard ONNX: export with standard ops only (e.g. no "
                 "operator_export_type=ONNX_ATEN_FALLBACK, no ORT-optimized files)")
-    if "Quantize" in node.op_type or node.op_type.startswith(("QLinear", "MatMulInteger", "ConvInteger")) \
-            or node.op_type.endswith("Integer"):
+    if "Quantize" in node.op_type or node.op_type.startswith("QLinear") or node.op_type.endswith("Integer"):
         return ("a quantization op sbrs does not support; quantize with onnxruntime.quantization's QDQ or "
                 "QOperator format, or dynamic quantization (docs/QUANTIZED.md)")
     return ("its inputs are not constant once the app's input shape is fixed, so it could not be folded; "

@@ -93,8 +93,9 @@ def group_qdq(layers: Sequence[Layer], tensors: Mapping[str, TensorSpec],
             layer, operands=tuple(operands), outputs=outputs, output_shapes=output_shapes,
             input_shapes=tuple(tensors[t].shape for t in inputs), params=tuple(params.values()),
             qdq=Qdq(tuple(dequantize), quantize))
+    by_name = {layer.name: layer for layer in layers}
     for name, takers in absorbed_by.items():
-        dequantized = next(layer for layer in layers if layer.name == name).outputs[0]
+        dequantized = by_name[name].outputs[0]
         if dequantized not in kept_outputs and {r.name for r in readers.get(dequantized, [])} <= takers:
             removed.add(name)
             internal.add(dequantized)

@@ -22,7 +22,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -88,11 +88,16 @@ class AnalyticCostModel:
 
 
 def layer_key(layer: Layer) -> str:
-    """Configuration key of a layer for measured costs: op, shapes and Table 2.1 attributes (not the name)."""
+    """Configuration key of a layer for measured costs: op, shapes and Table 2.1 attributes (not the name), and
+    for a quantized or half-precision layer its QDQ node unit and parameter types (an int8 or fp16 convolution
+    costs what a float32 one of the same shape does not; float32 layers keep the keys they always had)."""
+    dtypes = sorted({p.dtype for p in layer.params} - {"float32", "int64"})
     text = json.dumps([layer.op, layer.input_shapes, layer.output_shapes, layer.kernel, layer.stride, layer.pads,
                        layer.dilation, layer.groups, sorted((k, str(v)) for k, v in layer.attributes.items()),
                        *([[f.op, sorted((k, str(v)) for k, v in f.attributes.items())] for f in layer.fused]
-                         if layer.fused else [])],
+                         if layer.fused else []),
+                       *([["qdq", asdict(layer.qdq)]] if layer.qdq is not None else []),
+                       *([["dtypes", dtypes]] if dtypes else [])],
                       default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
