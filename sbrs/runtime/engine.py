@@ -529,16 +529,9 @@ class Runtime:
         if self.on_switch == "resume":
             return resuming(self, arrays, index, inject)
         node = self.node
-        if node.pending is None or len(self._unsettled) >= MAX_UNSETTLED:
-            self._settle()  # else the switch goes first; the bookkeeping waits (bounded, requests may never stop)
-        previous = node.scenario
-        request = node.take()
-        scenario = node.scenario
+        previous, request, scenario, begin = self._start_frame(arrays)
         calls = self._calls[scenario]
         last = len(calls)
-        begin = time.perf_counter()
-        for array in arrays.values():  # one app input (checked at load); a dict keeps the contract general
-            self._copy_in[scenario](array)
         for step, call in enumerate(calls, 1):
             if inject is not None and inject[0] == step:
                 node.request(inject[1], "bench")
@@ -558,6 +551,22 @@ class Runtime:
                             transition.old_frame(index, begin, request, previous)
                             return transition
         return self._old_frame_result(scenario, index, begin, request, previous, mode)
+
+    def _start_frame(self, arrays: Mapping[str, np.ndarray]) -> tuple[str, SwitchRequest | None, str, float]:
+        """What every frame does first, whatever ``on_switch``: the bookkeeping of earlier frames unless a switch
+        waits (then the switch goes first; the bookkeeping waits, bounded, as requests may never stop), the
+        pending request taken, and the frame copied into the arena of the scenario now active. Returns the
+        scenario before the take, the request, the scenario now active and the frame's start time."""
+        node = self.node
+        if node.pending is None or len(self._unsettled) >= MAX_UNSETTLED:
+            self._settle()
+        previous = node.scenario
+        request = node.take()  # under cancel and resume: clears ``terminate`` under the node's lock
+        scenario = node.scenario
+        begin = time.perf_counter()
+        for array in arrays.values():  # one app input (checked at load); a dict keeps the contract general
+            self._copy_in[scenario](array)
+        return previous, request, scenario, begin
 
     def _old_frame_result(self, scenario: str, index: int, begin: float, request: SwitchRequest | None,
                           previous: str, mode: str, cancelled_steps: int | None = None,

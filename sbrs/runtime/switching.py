@@ -180,17 +180,10 @@ def cancelling(runtime: Runtime, arrays: Mapping[str, np.ndarray], index: int,
     """
     node = runtime.node
     cancelled: int | None = None
-    runtime._cancellable = True  # (a request arriving now is taken by ``take`` below, which clears terminate)
+    runtime._cancellable = True  # (a request arriving now is taken by ``_start_frame``, which clears terminate)
     while True:
-        if node.pending is None or len(runtime._unsettled) >= MAX_UNSETTLED:
-            runtime._settle()
-        previous = node.scenario
-        request = node.take()  # clears ``terminate`` under the node's lock when it takes a request
-        scenario = node.scenario
+        previous, request, scenario, begin = runtime._start_frame(arrays)
         calls = runtime._calls[scenario]
-        begin = time.perf_counter()
-        for array in arrays.values():
-            runtime._copy_in[scenario](array)
         done, _ = _steps_until_stopped(runtime, scenario, calls, request, inject, stoppable=cancelled is None)
         if done == len(calls):
             mode = node.mode if cancelled is None else "cancel"
@@ -255,16 +248,9 @@ def resuming(runtime: Runtime, arrays: Mapping[str, np.ndarray], index: int,
     """
     node = runtime.node
     tables = runtime._resume
-    if node.pending is None or len(runtime._unsettled) >= MAX_UNSETTLED:
-        runtime._settle()
-    previous = node.scenario
-    runtime._cancellable = True  # (a request arriving now is taken by ``take`` below, which clears terminate)
-    request = node.take()  # clears ``terminate`` under the node's lock when it takes a request
-    scenario = node.scenario
+    runtime._cancellable = True  # (a request arriving now is taken by ``_start_frame``, which clears terminate)
+    previous, request, scenario, begin = runtime._start_frame(arrays)
     calls = runtime._calls[scenario]
-    begin = time.perf_counter()
-    for array in arrays.values():
-        runtime._copy_in[scenario](array)
     done, partial = _steps_until_stopped(runtime, scenario, calls, request, inject, stoppable=True)
     if done == len(calls):
         return runtime._old_frame_result(scenario, index, begin, request, previous, node.mode)
