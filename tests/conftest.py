@@ -94,6 +94,16 @@ def zoo_model(name: str) -> CnnModel:
     return import_model(zoo.build(name, **resolution))
 
 
+def assert_one_line_error(err: str, fragment: str, line: int | None = None, file: str = "app.yaml") -> None:
+    """What a user sees for bad input: one line on stderr, ``sbrs: error: ...``, holding ``fragment`` (and
+    ``file:line:`` where ``line`` is given), no traceback."""
+    assert err.count("\n") == 1 and err.startswith("sbrs: error: "), err
+    assert fragment in err, err
+    assert "Traceback" not in err
+    if line is not None:
+        assert f"{file}:{line}: " in err, err
+
+
 def ort_session(model: onnx.ModelProto | str | Path) -> ort.InferenceSession:
     """A CPU reference session with ONNX Runtime's default options, as a user of plain ONNX Runtime makes it."""
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)

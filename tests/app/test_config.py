@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from sbrs.app import load_app, load_app_config
 from sbrs.cli import main
+from tests.conftest import assert_one_line_error
 
 
 def _write_model(path: Path, shape: list[int | str], channels_out: int = 4, seed: int = 0) -> Path:
@@ -161,11 +162,7 @@ def test_bad_input_is_one_line_and_exit_2(app_dir: Path, capsys: pytest.CaptureF
     status = main(["check", str(app_dir / "app.yaml")])
     err = capsys.readouterr().err
     assert status == 2, err
-    assert err.count("\n") == 1 and err.startswith("sbrs: error: "), err
-    assert fragment in err, err
-    assert "Traceback" not in err
-    if line is not None:
-        assert f"app.yaml:{line}: " in err, err
+    assert_one_line_error(err, fragment, line)
 
 
 def test_check_prints_figures(app_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,7 +15,7 @@ import sbrs.model.precision as precision
 from sbrs.app import load_app, load_app_config
 from sbrs.app.derive import SYNTHETIC_FRAMES
 from sbrs.cli import main
-from tests.conftest import calibration_frame, write_derived_app
+from tests.conftest import assert_one_line_error, calibration_frame, write_derived_app
 
 
 class Counter:
@@ -215,11 +215,7 @@ def test_bad_declarations_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest
     status = main(["check", str(tmp_path / "app.yaml")])
     err = capsys.readouterr().err
     assert status == 2, err
-    assert err.count("\n") == 1 and err.startswith("sbrs: error: "), err
-    assert fragment in err, err
-    assert "Traceback" not in err
-    if line is not None:
-        assert f"app.yaml:{line}: " in err, err
+    assert_one_line_error(err, fragment, line)
 
 
 def test_unknown_scenario_keys_list_from_as_the_user_writes_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

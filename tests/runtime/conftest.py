@@ -7,6 +7,7 @@ Reference sessions run on the global thread pool like every session of the test 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -16,6 +17,25 @@ from sbrs.app import App
 def with_adaptive(app: App, adaptive: tuple[str, ...]) -> App:
     """The same app with another adaptive set A."""
     return replace(app, config=replace(app.config, adaptive=adaptive))
+
+
+#: A short, seeded reduction search on the analytic cost model: enough to find band heights for a small CNN.
+SMALL_SEARCH = ("--generations", "6", "--population", "12", "--cost", "analytic")
+
+
+def build_under_its_plan(path: Path, template: str, factor: float = 0.95) -> int:
+    """Write ``template`` (with ``{limit}`` left empty) to ``path`` and build it, then build it again with
+    ``memory_limit_mb`` at ``factor`` of that unreduced plan (a short search); the unreduced plan's bytes."""
+    from sbrs.artifact.read import load_build
+    from sbrs.cli import main
+
+    path.write_text(template.format(limit=""))
+    assert main(["build", str(path), "--json"]) == 0
+    unreduced = load_build(path).footprint
+    assert unreduced is not None
+    path.write_text(template.format(limit=f"memory_limit_mb: {round(factor * unreduced.plan_bytes / 1e6, 6)}"))
+    assert main(["build", str(path), "--json", *SMALL_SEARCH]) == 0
+    return unreduced.plan_bytes
 
 
 def random_frame(app: App, seed: int) -> np.ndarray:

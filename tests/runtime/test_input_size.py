@@ -12,11 +12,10 @@ import pytest
 
 from sbrs import zoo
 from sbrs.app import load_app
-from sbrs.artifact.read import load_build
 from sbrs.cli import main
 from sbrs.model import params_bytes
 from sbrs.runtime import runtime_for
-from tests.runtime.conftest import References, assert_equivalent, random_frame
+from tests.runtime.conftest import References, assert_equivalent, build_under_its_plan, random_frame
 
 ZOO = {"width": 0.35, "classes": 10}
 APP = """name: resolutions
@@ -36,7 +35,6 @@ scenarios:
     input_size: [48, 48]
 runtime: {{providers: [CPUExecutionProvider]}}
 {limit}"""
-SMALL_SEARCH = ("--generations", "6", "--population", "12", "--cost", "analytic")
 
 
 def dynamic_size_export(path: Path) -> Path:
@@ -108,13 +106,7 @@ def test_a_build_by_parts_under_a_limit_equals_resize_then_the_model(app_path: P
     folder.mkdir(exist_ok=True)
     (folder / "dynamic.onnx").write_bytes((app_path.parent / "dynamic.onnx").read_bytes())
     path = folder / "resolutions.yaml"
-    path.write_text(APP.format(limit=""))
-    assert main(["build", str(path), "--json"]) == 0
-    unreduced = load_build(path).footprint
-    assert unreduced is not None
-    limit_mb = round(0.95 * unreduced.plan_bytes / 1e6, 6)
-    path.write_text(APP.format(limit=f"memory_limit_mb: {limit_mb}"))
-    assert main(["build", str(path), "--json", *SMALL_SEARCH]) == 0
+    build_under_its_plan(path, APP)
     capsys.readouterr()
     app = load_app(path)
     refs = References(app)

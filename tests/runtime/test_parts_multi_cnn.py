@@ -12,10 +12,8 @@ from pathlib import Path
 import pytest
 
 from sbrs.app import load_app
-from sbrs.artifact.read import load_build
-from sbrs.cli import main
 from sbrs.runtime import runtime_for
-from tests.runtime.conftest import References, assert_equivalent, random_frame
+from tests.runtime.conftest import References, assert_equivalent, build_under_its_plan, random_frame
 
 APP = """name: two-cnns
 input: {{name: input, shape: [1, 3, 64, 64], dtype: float32}}
@@ -27,22 +25,11 @@ scenarios:
     zoo: {{name: cifar_resnet, depth: 8, resolution: 64}}
 runtime: {{providers: [CPUExecutionProvider]}}
 {limit}"""
-SMALL_SEARCH = ("--generations", "6", "--population", "12", "--cost", "analytic")
-
-
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
     """The app built once without a limit (its plan) and then with a limit 5 % under that plan."""
-    folder = tmp_path_factory.mktemp("two-cnns")
-    path = folder / "two-cnns.yaml"
-    path.write_text(APP.format(limit=""))
-    assert main(["build", str(path), "--json"]) == 0
-    unreduced = load_build(path).footprint
-    assert unreduced is not None
-    limit_mb = round(0.95 * unreduced.plan_bytes / 1e6, 6)
-    path.write_text(APP.format(limit=f"memory_limit_mb: {limit_mb}"))
-    assert main(["build", str(path), "--json", *SMALL_SEARCH]) == 0
-    return path, unreduced.plan_bytes
+    path = tmp_path_factory.mktemp("two-cnns") / "two-cnns.yaml"
+    return path, build_under_its_plan(path, APP)
 
 
 def test_two_cnns_run_by_parts_within_five_percent_under_their_plan(limited: tuple[Path, int],
