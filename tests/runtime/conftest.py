@@ -6,12 +6,17 @@ Reference sessions run on the global thread pool like every session of the test 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sbrs.app import App
+
+if TYPE_CHECKING:
+    from sbrs.runtime.engine import Runtime
 
 
 def with_adaptive(app: App, adaptive: tuple[str, ...]) -> App:
@@ -87,3 +92,16 @@ def assert_equivalent(got: dict[str, np.ndarray], want: dict[str, np.ndarray], w
         tolerance = 1e-5 * max(1.0, float(np.abs(reference).max()))
         diff = float(np.abs(got[name] - reference).max())
         assert diff <= tolerance, f"{where}: output {name} differs by {diff} > {tolerance}"
+
+
+def assert_switch_at_steps_equal(runtime: Runtime, refs: References, frames: list[np.ndarray], old: str, new: str,
+                                 steps: Iterable[int]) -> None:
+    """For each step k: a request for ``new`` at step k of a frame of ``old`` gives that frame on ``old`` and the
+    next on ``new``, both equal to ONNX Runtime (``frames[2]`` warms ``old`` first)."""
+    for step in steps:
+        runtime.switch(old)
+        runtime.infer(frames[2])
+        results = list(runtime._process(frames[:2], order="stream", inject=(step, new)))
+        assert [r.scenario for r in results] == [old, new]
+        for result, frame in zip(results, frames[:2], strict=True):
+            assert_equivalent(result.outputs, refs.outputs(result.scenario, frame), f"{old}->{new}@{step}")

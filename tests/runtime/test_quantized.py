@@ -24,7 +24,7 @@ from sbrs.moc import derive_moc
 from sbrs.model import fold_model, params_bytes
 from sbrs.model.cnn import TensorSpec
 from sbrs.runtime import runtime_for
-from tests.runtime.conftest import References, assert_equivalent, random_frame
+from tests.runtime.conftest import References, assert_equivalent, assert_switch_at_steps_equal, random_frame
 
 QUANTIZED = Path(__file__).resolve().parents[1] / "data" / "torchvision" / "quantized"
 TORCHVISION = QUANTIZED.parent
@@ -113,13 +113,8 @@ def test_switching_between_fp32_and_int8_keeps_every_frame_equal(mobilenet_app: 
     frames = [random_frame(mobilenet_app, k) for k in range(3)]
     with runtime_for(mobilenet_app, transition="sbrs-tp") as runtime:
         for old, new in (("fp32", int8), (int8, "fp32")):
-            for step in range(1, len(runtime.plan.sequences[old]) + 1):
-                runtime.switch(old)
-                runtime.infer(frames[2])
-                results = list(runtime._process(frames[:2], order="stream", inject=(step, new)))
-                assert [r.scenario for r in results] == [old, new]
-                for result, frame in zip(results, frames[:2], strict=True):
-                    assert_equivalent(result.outputs, refs.outputs(result.scenario, frame), f"{old}->{new}@{step}")
+            steps = range(1, len(runtime.plan.sequences[old]) + 1)
+            assert_switch_at_steps_equal(runtime, refs, frames, old, new, steps)
 
 
 def _kernels(model: onnx.ModelProto | str, path: Path) -> Counter[str]:
@@ -248,10 +243,5 @@ def test_two_int8_heads_on_one_backbone_share_it_and_stay_equal(quantized_zoo: C
     frames = [random_frame(app, k) for k in range(3)]
     with runtime_for(app, transition="sbrs-tp") as runtime:
         for old, new in (("classes1000", "classes10"), ("classes10", "classes1000")):
-            for step in range(1, len(runtime.plan.sequences[old]) + 1):
-                runtime.switch(old)
-                runtime.infer(frames[2])
-                results = list(runtime._process(frames[:2], order="stream", inject=(step, new)))
-                assert [r.scenario for r in results] == [old, new]
-                for result, frame in zip(results, frames[:2], strict=True):
-                    assert_equivalent(result.outputs, refs.outputs(result.scenario, frame), f"{old}->{new}@{step}")
+            steps = range(1, len(runtime.plan.sequences[old]) + 1)
+            assert_switch_at_steps_equal(runtime, refs, frames, old, new, steps)

@@ -29,7 +29,7 @@ from sbrs.compile.transitions import (
 from sbrs.compile.unit_plan import build_unit_plan
 from sbrs.runtime import runtime_for
 from sbrs.runtime.engine import Runtime
-from tests.runtime.conftest import References, assert_equivalent, random_frame
+from tests.runtime.conftest import References, assert_equivalent, assert_switch_at_steps_equal, random_frame
 
 APPS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "apps").glob("*.yaml"))
 
@@ -157,13 +157,8 @@ def test_bigger_apps_switch_correctly(load_example: Callable[[str], App], name: 
     with runtime_for(app, transition="sbrs-tp") as runtime:
         scenarios = runtime.scenarios
         for old, new in zip(scenarios, scenarios[1:] + scenarios[:1], strict=True):
-            for step in (1, max(1, len(runtime.plan.sequences[old]) // 2)):
-                runtime.switch(old)
-                runtime.infer(frames[2])
-                results = list(runtime._process(frames[:2], order="stream", inject=(step, new)))
-                assert [r.scenario for r in results] == [old, new]
-                for result, frame in zip(results, frames[:2], strict=True):
-                    assert_equivalent(result.outputs, refs.outputs(result.scenario, frame), f"{old}->{new}@{step}")
+            steps = (1, max(1, len(runtime.plan.sequences[old]) // 2))
+            assert_switch_at_steps_equal(runtime, refs, frames, old, new, steps)
 
 
 @pytest.mark.parametrize("schedule", ["priority", "threads"])
