@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from typing import Any
 
 from sbrs.model.cnn import Qdq, TensorSpec
@@ -208,17 +209,19 @@ class Moc:
     edge_capture: Mapping[str, Mapping[str, str]]
     control_edges: tuple[ControlEdge, ...]
 
+    @cached_property
+    def _layer_by_id(self) -> Mapping[str, SuperLayer]:  # the layout asks for a layer per step of every scenario
+        return {layer.id: layer for layer in self.layers}
+
+    @cached_property
+    def _edge_by_id(self) -> Mapping[str, SuperEdge]:
+        return {edge.id: edge for edge in self.edges}
+
     def layer(self, layer_id: str) -> SuperLayer:
-        for layer in self.layers:
-            if layer.id == layer_id:
-                return layer
-        raise KeyError(layer_id)
+        return self._layer_by_id[layer_id]
 
     def edge(self, edge_id: str) -> SuperEdge:
-        for edge in self.edges:
-            if edge.id == edge_id:
-                return edge
-        raise KeyError(edge_id)
+        return self._edge_by_id[edge_id]
 
     def param(self, param_id: str) -> ControlParam:
         for param in self.params:
