@@ -172,6 +172,8 @@ def run_case(case: str, rounds: int, frames: int, params: GaParams, rss_runs: in
     start = time.perf_counter()
     base_fps = {s: model_fps(m, full_bands(m), cost) for s, m in models.items()}
     tight_limit = p_bytes + unreduced.arena.arena_bytes // 2
+    # one band stream: the configurations are measured one frame at a time (``Runtime.from_models``, ``infer``);
+    # ``sbrs bench`` measures an app's build, band streams included
     search = reduce_buffers(models, memory_limit=tight_limit, cost=cost, params=params, stream_input=True)
     ga_s = time.perf_counter() - start
 

@@ -187,12 +187,18 @@ def _build_text(result: Any) -> str:
                  f"room {_mb(footprint['transition_bytes'])} = {_mb(footprint['plan_bytes'])} MB")
     parts = built["run_by_parts"]
     if parts is not None:
-        cut = parts["transition_cut"]
-        room = ("no room left for SBRS-TP transitions to overlap: switches happen at frame boundaries"
-                if cut is None else "room for an SBRS-TP transition to overlap an old frame's "
-                + ("last call" if cut >= 1 else f"calls from {cut:.0%} of the frame on"))
+        cut, streams = parts["transition_cut"], parts["band_streams"]
+        if streams > 1:
+            room = (f"{streams} band streams: {streams} frames in flight at once, one per core, a switch's new frame "
+                    "beside the old one")
+            arena = f"{streams} arenas of line buffers of {_mb(parts['arena_bytes'])} MB each"
+        else:
+            room = ("no room left for SBRS-TP transitions to overlap: switches happen at frame boundaries"
+                    if cut is None else "room for an SBRS-TP transition to overlap an old frame's "
+                    + ("last call" if cut >= 1 else f"calls from {cut:.0%} of the frame on"))
+            arena = f"arena of line buffers {_mb(parts['arena_bytes'])} MB"
         lines.append(f"the build runs by parts within the limit of {_mb(report['memory_limit_bytes'])} MB: sbrs' "
-                     f"arena of line buffers {_mb(parts['arena_bytes'])} MB; {room}")
+                     f"{arena}; {room}")
     return "\n".join(lines)
 
 

@@ -123,6 +123,7 @@ def build_app(app_path: str | Path, *, memory_limit_mb: float | None = None,
                        "run_by_parts": None if parts is None else {
                            "params_bytes": parts["model_bytes"]["params_bytes"],
                            "arena_bytes": parts["arena_bytes"],
+                           "band_streams": int(parts["reduction"].get("streams", 1)),
                            "transition_cut": parts["reduction"].get("transition_cut")},
                        "footprint": manifest["footprint"],
                        "figures": "params, naive, Algorithm 8, arena and lower bound are planned from the "

@@ -1,7 +1,8 @@
 """``sbrs bench``: throughput of every scenario against its own model in plain ONNX Runtime, and device memory.
 
 Throughput (DESIGN.md, "Benchmarks": ratios against a baseline in the same process and run, interleaved,
-medians): for each scenario, sbrs (``infer`` frame after frame) and plain ONNX Runtime running the scenario's
+medians): for each scenario, sbrs (``process`` over a stream of frames, as ``sbrs run`` feeds it: one frame
+after another, or two at once on band streams) and plain ONNX Runtime running the scenario's
 own ONNX file as a user would at its best settings, each measured: a session with ONNX Runtime's default
 options (its intra-op threads on every core), and two frames at once on two threads sharing one session of one
 intra-op thread each (``session.run`` with a feed dict). They run alternate blocks of ``frames`` frames,
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import statistics
 import tempfile
 import threading
@@ -52,6 +54,15 @@ def _fps(run_frame: Callable[[], object], frames: int) -> float:
     return frames / (time.perf_counter() - start)
 
 
+def _fps_stream(runtime: Any, frame: np.ndarray, frames: int) -> float:
+    """``frames`` frames through ``runtime.process``, the frame loop of ``sbrs run`` (band streams keep two in
+    flight), as each result reaches the caller; frames per second."""
+    start = time.perf_counter()
+    for _ in runtime.process(itertools.repeat(frame, frames)):
+        pass
+    return frames / (time.perf_counter() - start)
+
+
 def _fps_two_at_once(run_frame: Callable[[], object], frames: int) -> float:
     """``frames`` frames, half on this thread and half on another at the same time (ONNX Runtime releases the
     GIL in a call); frames per second of the two together."""
@@ -68,7 +79,7 @@ def _sides(runtime: Any, default: Any, single: Any, feed: dict[str, np.ndarray],
            frames: int) -> dict[str, Callable[[], float]]:
     """Each way of running one scenario, as a measurement of its fps over ``frames`` frames."""
     frame = next(iter(feed.values()))
-    return {"sbrs": lambda: _fps(lambda: runtime.infer(frame), frames),
+    return {"sbrs": lambda: _fps_stream(runtime, frame, frames),
             "ort_threads": lambda: _fps(lambda: default.run(None, feed), frames),
             "ort_two_frames": lambda: _fps_two_at_once(lambda: single.run(None, feed), max(frames, 2))}
 

@@ -53,10 +53,15 @@ def app_parts(app: App, band_rows: Mapping[str, Mapping[str, int]], reduction: M
     chosen = reduction.get("chosen")
     # the room for transitions is what the limit leaves above the plan of the configuration (its parameters and
     # every tensor, Algorithm 10), so that the plan with the room stays within the limit (sbrs.compile.footprint)
-    room = None if limit is None or chosen is None else max(0, int(limit) - int(chosen["memory_bytes"]))
-    plan = compile_parts(app.models, band_rows, app=app.name, memory_limit=None if limit is None else int(limit),
-                         room_bytes=room, **strategy)
-    record = {**reduction, **plan.reduction, "band_rows": {s: dict(b) for s, b in band_rows.items()},
+    # Band streams overlap a switch by themselves (the next frame runs on another stream's arena): no room
+    streams = int((chosen or {}).get("streams", 1))
+    room = (None if limit is None or chosen is None or streams > 1
+            else max(0, int(limit) - int(chosen["memory_bytes"])))
+    plan = compile_parts(app.models, band_rows, app=app.name,
+                         memory_limit=None if limit is None or streams > 1 else int(limit), room_bytes=room,
+                         **strategy)
+    record = {**reduction, **plan.reduction, "streams": streams,
+              "band_rows": {s: dict(b) for s, b in band_rows.items()},
               "cuts": {s: list(c) for s, c in strategy.get("cuts", {}).items()},
               "tiles": {s: [[list(g), b] for g, b in t] for s, t in strategy.get("tiles", {}).items()}}
     return replace(plan, reduction=record)
@@ -78,7 +83,8 @@ def executor_figures(app: App, reduction: Mapping[str, Any]) -> dict[str, Any]:
             "executor_calls": {s: len(p.calls) for s, p in parts.scenarios.items()}}
 
 
-#: Pareto points ``fit_parts`` compiles at most before giving up (each compiles every scenario's calls).
+#: Pareto points of one band-stream count ``fit_parts`` compiles at most before giving up (each compiles every
+#: scenario's calls).
 MAX_FIT_TRIES = 8
 
 
@@ -89,7 +95,8 @@ def fit_parts(app: App, reduction: Mapping[str, Any]) -> PartsPlan:
     The search plans line buffers with Algorithm 10; the executor's arena (band-call boundaries, the sliding
     line buffers) can differ. The chosen band heights are taken when parameters plus the executor's arena
     fit the limit; otherwise the other Pareto points that fit on paper, fastest first (the smallest
-    per-scenario fps estimate), up to ``MAX_FIT_TRIES``. None fits: ``InputError`` naming the smallest total.
+    per-scenario fps estimate), up to ``MAX_FIT_TRIES`` of each band-stream count (every stream's arena
+    counted). None fits: ``InputError`` naming the smallest total.
     """
     limit = int(reduction["memory_limit_bytes"])
     keep = {key: reduction[key] for key in ("memory_limit_bytes", "cost_model", "seed", "figures", "chosen")
@@ -98,15 +105,21 @@ def fit_parts(app: App, reduction: Mapping[str, Any]) -> PartsPlan:
         (p for p in reduction.get("pareto", ()) if p["memory_bytes"] <= limit and p != reduction["chosen"]),
         key=lambda p: -min(p["fps"].values(), default=0.0))]
     smallest: tuple[int, int] | None = None
-    for point in candidates[:MAX_FIT_TRIES]:
+    tries: dict[int, int] = {}  # per band-stream count: a second stream's arena may miss where one stream fits
+    for point in candidates:
+        streams = int(point.get("streams", 1))
+        if tries.get(streams, 0) >= MAX_FIT_TRIES:
+            continue
+        tries[streams] = tries.get(streams, 0) + 1
         chosen = point is reduction["chosen"]
         bands = reduction["band_rows"] if chosen else point["band_rows"]
         plan = app_parts(app, bands, {**keep, "chosen": point}, strategy_of(reduction if chosen else point))
-        total = int(plan.model_bytes["params_bytes"]) + plan.arena_bytes
+        arena = plan.streams * plan.arena_bytes  # an arena per band stream
+        total = int(plan.model_bytes["params_bytes"]) + arena
         if total <= limit:
             return plan
         if smallest is None or total < smallest[0]:
-            smallest = (total, plan.arena_bytes)
+            smallest = (total, arena)
     assert smallest is not None
     raise InputError(f"memory limit {limit / 1e6:g} MB: the band heights found fit on paper, but the executor "
                      f"needs at least {smallest[0] / 1e6:.6f} MB (parameters + an arena of "
@@ -114,8 +127,8 @@ def fit_parts(app: App, reduction: Mapping[str, Any]) -> PartsPlan:
 
 
 def scenario_memory_mb(plan: PartsPlan, params: Mapping[str, int]) -> dict[str, float]:
-    """Per scenario: its parameter bytes plus the peak of its line buffers in the arena, in MB (the policy's
-    ``memory_mb``; ``params``: each scenario's own parameter bytes)."""
+    """Per scenario: its parameter bytes plus the peak of its line buffers in the arena (in each band stream's),
+    in MB (the policy's ``memory_mb``; ``params``: each scenario's own parameter bytes)."""
     peaks = {}
     for scenario, parts in plan.scenarios.items():
         live = [0] * (len(parts.calls) + 1)
@@ -128,7 +141,7 @@ def scenario_memory_mb(plan: PartsPlan, params: Mapping[str, int]) -> dict[str, 
         for buffer in parts.buffers:
             for step in range(first.get(buffer.tensor, 0), last.get(buffer.tensor, 0) + 1):
                 live[step] += buffer.nbytes
-        peaks[scenario] = max(live)
+        peaks[scenario] = plan.streams * max(live)
     return {s: (params[s] + peaks[s]) / 1e6 for s in plan.scenarios}
 
 

@@ -243,6 +243,12 @@ class PartsPlan:
         return None if limit is None else int(limit)
 
     @property
+    def streams(self) -> int:
+        """Band streams the runtime runs (``sbrs.reduction.ga.with_streams``): frames in flight at once, each in
+        an arena of ``arena_bytes`` of its own, every stream on the same sessions."""
+        return int(self.reduction.get("streams", 1))
+
+    @property
     def call_keys(self) -> tuple[str, ...]:
         """Every distinct call model (one session each), in order of first use; feeds have none."""
         return tuple(dict.fromkeys(c.key for p in self.scenarios.values() for c in p.calls if not c.feed))

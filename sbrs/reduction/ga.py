@@ -54,7 +54,7 @@ from sbrs.errors import InputError
 from sbrs.memory import ArenaPlan, Problem, place, plan_arena
 from sbrs.model.cnn import INPUT_OP, CnnModel, params_bytes
 from sbrs.model.fold import fold_bands, fold_cuts, fold_model, fold_tiles
-from sbrs.reduction.cost import AnalyticCostModel, CostModel, config_seconds
+from sbrs.reduction.cost import AnalyticCostModel, CostModel, config_seconds, streams_gain
 from sbrs.reduction.csdf import CsdfGraph, cnn_to_csdf
 from sbrs.reduction.phases import full_bands, normalize_bands, phases_of
 from sbrs.reduction.rows import ROWWISE_OPS, is_row_local, layer_height, layer_row_maps, row_bytes
@@ -334,6 +334,9 @@ class Point:
     band_rows: dict[str, dict[str, int]] = field(default_factory=dict)
     cuts: dict[str, tuple[str, ...]] = field(default_factory=dict)
     tiles: dict[str, tuple[tuple[tuple[str, ...], int], ...]] = field(default_factory=dict)
+    #: Frames in flight at once, each with buffers of its own (``arena_bytes`` is the buffers of all of them):
+    #: :func:`with_streams`.
+    streams: int = 1
 
     def meets(self, memory_limit: int | None, min_fps: Mapping[str, float]) -> bool:
         """Algorithm 9, line 11: ``M <= M^c`` and ``T_n >= T^c_n`` for every scenario."""
@@ -347,7 +350,19 @@ class Point:
                 "arena_bytes": self.arena_bytes, "fps": dict(self.fps),
                 "band_rows": {s: dict(b) for s, b in self.band_rows.items()},
                 "cuts": {s: list(c) for s, c in self.cuts.items()},
-                "tiles": {s: [[list(g), b] for g, b in t] for s, t in self.tiles.items()}}
+                "tiles": {s: [[list(g), b] for g, b in t] for s, t in self.tiles.items()},
+                "streams": self.streams}
+
+
+def with_streams(point: Point, streams: int, gain: float) -> Point:
+    """``point`` run as ``streams`` band streams: that many frames in flight at once, one per core, each on
+    buffers of its own and every stream on the same weights. Memory: the parameters once and the buffers
+    ``streams`` times; fps: the one-stream figure times ``gain``, the throughput the cores add
+    (:func:`sbrs.reduction.cost.streams_gain`). Beyond the thesis, which pipelines the partitions of one frame
+    over processors (ch. 3, Algorithm 2): frames of their own need no buffer between the processors and no
+    balance between partitions, and they cost the buffers once more."""
+    return Point(point.params_bytes + streams * point.arena_bytes, point.params_bytes, streams * point.arena_bytes,
+                 {s: fps * gain for s, fps in point.fps.items()}, point.band_rows, point.cuts, point.tiles, streams)
 
 
 @dataclass(frozen=True)
@@ -511,15 +526,14 @@ def _front(points: Sequence[tuple[tuple[int, ...], Point]], scenarios: Sequence[
     """Non-dominated points (deap's sort), one per objective vector, by increasing memory."""
     individuals = []
     seen: set[tuple[float, ...]] = set()
-    for chromosome, point in points:
+    for index, (_, point) in enumerate(points):
         values = (float(point.memory_bytes), *(point.fps[s] for s in scenarios))
         if values in seen:
             continue
         seen.add(values)
-        individuals.append(_Individual(chromosome, fitness(values)))
+        individuals.append(_Individual((index,), fitness(values)))
     first = tools.sortNondominated(individuals, len(individuals), first_front_only=True)[0]
-    chosen = {ind.genes for ind in first}
-    front = [(c, p) for c, p in points if c in chosen]
+    front = [points[ind.genes[0]] for ind in first]
     return sorted(front, key=lambda item: (item[1].memory_bytes, [-item[1].fps[s] for s in scenarios]))
 
 
@@ -558,13 +572,16 @@ def _violations(point: Point, memory_limit: int | None, min_fps: Mapping[str, fl
 def reduce_buffers(scenarios: Scenarios, *, memory_limit: int | None = None,
                    min_fps: Mapping[str, float] | None = None, cost: CostModel | None = None,
                    params: GaParams | None = None, stream_input: bool = False, alignment: int = 64,
-                   progress: Progress | None = None) -> ReductionResult:
+                   progress: Progress | None = None, streams: int = 1) -> ReductionResult:
     """Thesis Algorithm 9: choose band heights for every layer of every scenario.
 
     ``memory_limit`` is ``M^c`` in bytes (None: no limit, so lines 1-5 exit early); ``min_fps`` maps a
-    scenario to ``T^c_n``. ``progress(done, total)`` is called after the initial population and after each
-    generation. A memory limit below every configuration evaluated raises ``InputError`` naming the smallest
-    figure reached; fps constraints nobody meets are reported in ``violations``.
+    scenario to ``T^c_n``. ``streams`` > 1: the front also holds every front configuration run as that many
+    band streams (:func:`with_streams`; ``pareto`` is then the front of each stream count), so that line 14
+    weighs one frame at a time against several at once on the cores the machine has. ``progress(done,
+    total)`` is called after the initial population and after each generation. A memory limit below every
+    configuration evaluated raises ``InputError`` naming the smallest figure reached; fps constraints nobody
+    meets are reported in ``violations``.
     """
     models = _folded(_scenarios(scenarios))
     params = params or GaParams()
@@ -663,6 +680,11 @@ def reduce_buffers(scenarios: Scenarios, *, memory_limit: int | None = None,
                          f" + buffers {_mb(best.arena_bytes)})",
                          field="memory_limit")
     front = _front(evaluated, names, fitness)
+    gain = streams_gain(streams)
+    if streams > 1 and gain > 1:  # the same configurations as band streams: the front of each stream count, so
+        # that a one-stream point a two-stream one dominates stays a fallback where the executor's arenas miss
+        front = sorted([*front, *_front([(c, with_streams(p, streams, gain)) for c, p in front], names, fitness)],
+                       key=lambda item: (item[1].memory_bytes, [-item[1].fps[s] for s in names]))
     chromosome, point = _pick(front, memory_limit, min_fps, names, unreduced)  # lines 9-16
     return result(chromosome, point, [p for _, p in front], False, done_generations)
 

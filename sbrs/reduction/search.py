@@ -39,7 +39,7 @@ from sbrs.log import Progress as ProgressLines
 from sbrs.memory import buffers_reuse
 from sbrs.model.fold import fold_model
 from sbrs.reduction import AnalyticCostModel, CostModel, GaParams, ReductionResult, plan_reduction, reduce_buffers
-from sbrs.reduction.cost import model_fps
+from sbrs.reduction.cost import model_fps, streams_gain
 from sbrs.reduction.phases import full_bands
 
 if TYPE_CHECKING:
@@ -90,7 +90,8 @@ def reduce_app(app: App, plan: AppPlan, memory_limit: int, *, min_fps: Mapping[s
     if progress is None:
         progress = ProgressLines(logger, "reduction", unit="generations", after_s=0.0, always_end=True)
     result = reduce_buffers(models, memory_limit=None if early else memory_limit, min_fps=min_fps, cost=cost_model,
-                            params=params, progress=None if early else progress, stream_input=stream_input)
+                            params=params, progress=None if early else progress, stream_input=stream_input,
+                            streams=band_streams(app))
     figures = _figures(models, result, cost_model)
     if early:
         figures.update(arena_bytes=plan.memory.arena_bytes, reuse_bytes=plan.memory.reuse_bytes,
@@ -113,9 +114,20 @@ def reduce_app(app: App, plan: AppPlan, memory_limit: int, *, min_fps: Mapping[s
         "tiles": {s: [[list(g), b] for g, b in t] for s, t in result.tiles.items()},
         "pareto": [p.to_dict() for p in result.pareto],
         "chosen": result.chosen.to_dict(),
+        "streams": result.chosen.streams,
         "unreduced": result.unreduced.to_dict(),
         "figures": figures,
     }
+
+
+def band_streams(app: App) -> int:
+    """The band streams the search may choose for ``app`` (``reduce_buffers``' ``streams``): two, one per
+    core, unless the app keeps its sessions to one thread (``runtime.threads: 1``) or gives the frame in flight
+    up or resumes it at a switch (``runtime.on_switch``): those run one frame at a time."""
+    runtime = app.config.runtime
+    if runtime.on_switch != "finish" or (runtime.threads is not None and runtime.threads < 2):
+        return 1
+    return 2
 
 
 def _height(model: Any, layer: str) -> int:
@@ -128,13 +140,16 @@ def _figures(models: Mapping[str, Any], result: ReductionResult, cost: CostModel
     """Buffer figures of the chosen configuration (Algorithm 10), placed by ``sbrs.memory.place`` (planned and
     verified)."""
     reduced = plan_reduction(models, result.band_rows, cost=cost, cuts=result.cuts, tiles=result.tiles)
+    streams = result.chosen.streams  # each stream has buffers of its own (``with_streams``)
+    gain = streams_gain(streams)
     return {
         "params_bytes": reduced.params_bytes,
-        "arena_bytes": reduced.arena.arena_bytes,
-        "reuse_bytes": buffers_reuse(reduced.problem, aligned=True).total,
-        "lower_bound_bytes": reduced.arena.lower_bound_bytes,
-        "memory_bytes": reduced.memory_bytes,
-        "fps_estimate": dict(reduced.fps),
+        "arena_bytes": streams * reduced.arena.arena_bytes,
+        "reuse_bytes": streams * buffers_reuse(reduced.problem, aligned=True).total,
+        "lower_bound_bytes": streams * reduced.arena.lower_bound_bytes,
+        "memory_bytes": reduced.params_bytes + streams * reduced.arena.arena_bytes,
+        "fps_estimate": {s: fps * gain for s, fps in reduced.fps.items()},
+        "streams": streams,
     }
 
 
@@ -207,15 +222,19 @@ def format_reduction(reduction: Mapping[str, Any]) -> str:
              f"configurations, cost model {reduction['cost_model']}), limit {limit / mb:.2f} MB:"]
     banded = {s: len(b) for s, b in reduction["band_rows"].items()}
     unreduced = reduction["unreduced"]["memory_bytes"] / mb
+    streams = int(chosen.get("streams", 1))
     lines.append(f"chosen: {chosen['memory_bytes'] / mb:.2f} MB = parameters {chosen['params_bytes'] / mb:.2f} + "
-                 f"buffers {chosen['arena_bytes'] / mb:.2f} MB (unreduced {unreduced:.2f} MB); layers by parts: "
+                 f"buffers {chosen['arena_bytes'] / mb:.2f} MB"
+                 + (f" ({streams} band streams: {streams} frames at once, buffers of their own)" if streams > 1 else "")
+                 + f" (unreduced {unreduced:.2f} MB); layers by parts: "
                  + ", ".join(f"{s} {n}" for s, n in banded.items())
                  + "".join(f"; {s}: {len(c)} partition cuts" for s, c in reduction.get("cuts", {}).items())
                  + "".join(f"; {s}: {len(t)} tiled groups" for s, t in reduction.get("tiles", {}).items()))
-    lines.append(f"executor arena (line buffers and band boundaries): {figures['executor_arena_bytes'] / mb:.2f} MB; "
+    lines.append(f"executor arena (line buffers and band boundaries): {figures['executor_arena_bytes'] / mb:.2f} MB"
+                 + (" per band stream" if streams > 1 else "") + "; "
                  "calls per frame: " + ", ".join(f"{s} {n}" for s, n in figures["executor_calls"].items()))
     scenarios = list(chosen["fps"])
-    lines.append("Pareto front: " + f"{'memory MB':>10} {'buffers MB':>10} " +
+    lines.append("Pareto front: " + f"{'memory MB':>10} {'buffers MB':>10} {'streams':>7} " +
                  " ".join(f"{s[:14] + ' fps':>18}" for s in scenarios))
     front = reduction["pareto"]
     shown = sorted({0, len(front) - 1, *range(0, len(front), max(1, len(front) // 10))} |
@@ -223,7 +242,8 @@ def format_reduction(reduction: Mapping[str, Any]) -> str:
     for index in shown:
         point = front[index]
         mark = "*" if point == chosen else " "
-        lines.append(f"            {mark}{point['memory_bytes'] / mb:>10.2f} {point['arena_bytes'] / mb:>10.2f} " +
+        lines.append(f"            {mark}{point['memory_bytes'] / mb:>10.2f} {point['arena_bytes'] / mb:>10.2f} "
+                     f"{point.get('streams', 1):>7} " +
                      " ".join(f"{point['fps'][s]:>18.1f}" for s in scenarios))
     if len(shown) < len(front):
         lines.append(f"            ({len(front) - len(shown)} more points in the JSON report)")

@@ -19,8 +19,10 @@ A folder is read once, in order; ``--frames`` can stop earlier.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -60,33 +62,86 @@ def synthetic_frames(spec: InputSpec, seed: int) -> Iterator[np.ndarray]:
 
     The values come from a table of hashed values (``_mix32``, seeded; ``SYNTHETIC_TABLE`` of them, or as many as
     the smallest power of two from 256 that holds a frame when that is fewer), each frame a copy
-    of the table read from its own offset (a hash of the seed and the frame's number), so consecutive frames
-    differ everywhere while a frame allocates only itself. Not ``numpy.random``: importing it costs a serving
-    process about 6.7 MB of resident memory (PSS above a bare interpreter, measured), which the device memory
-    of ``sbrs run`` would carry for frames a camera replaces anyway; and no temporaries of a frame's size,
-    which left the allocator holding a few MB more with MobileNetV2's 224x224 frames (measured).
+    of the table read from its own offset (a hash of the seed and the frame's number), wrapping around its end,
+    so consecutive frames differ everywhere while a frame allocates only itself. Not ``numpy.random``:
+    importing it costs a serving process about 6.7 MB of resident memory (PSS above a bare interpreter,
+    measured), which the device memory of ``sbrs run`` would carry for frames a camera replaces anyway; and no
+    temporaries of a frame's size, which left the allocator holding a few MB more with MobileNetV2's 224x224
+    frames (measured). The table is held once, in the frame's dtype (256 kB of float32), and computed
+    ``_TABLE_CHUNK`` values at a time: the float64 temporaries of the whole table (about 2.5 MB, freed at once)
+    stayed in the C heap of ``sbrs run`` (measured: 0.75 MB more anonymous memory with the table computed whole
+    and held twice).
     """
     dtype = np.dtype(spec.dtype)
     count = int(np.prod(spec.shape, dtype=np.int64))
     size = min(SYNTHETIC_TABLE, max(256, 1 << max(count - 1, 1).bit_length()))
-    hashed = np.arange(size, dtype=np.uint32) ^ np.uint32((seed * 0x9E3779B9) % 2**32)
-    _mix32(hashed)
-    unit = (hashed >> np.uint32(8)).astype(np.float64) / 2**24  # uniform in [0, 1)
-    values = ((unit - 0.5) * np.sqrt(12.0)) if np.issubdtype(dtype, np.floating) else np.floor(unit * 256)
-    table = np.concatenate([values, values]).astype(dtype)  # twice, so that any offset reads a whole table
-    del hashed, unit, values
+    table = _synthetic_table(size, dtype, seed)
+    made: list[np.ndarray] = []  # frames this generator made, refilled once nobody else holds them
     frame_number = 0
     while True:
         key = np.array([(seed * 0x85EBCA6B + frame_number * 0x9E3779B9) % 2**32], dtype=np.uint32)
         _mix32(key)
         offset = int(key[0]) % size
-        frame = np.empty(spec.shape, dtype=dtype)
+        frame = _unheld(made)
+        if frame is None:
+            frame = np.empty(spec.shape, dtype=dtype)
+            if len(made) < SPARE_FRAMES:
+                made.append(frame)
         flat = frame.reshape(-1)
-        for start in range(0, count, size):
+        for start in range(0, count, size):  # table[offset:], then table[:...] where the frame wraps around
             length = min(size, count - start)
-            flat[start:start + length] = table[offset:offset + length]
+            head = min(length, size - offset)
+            flat[start:start + head] = table[offset:offset + head]
+            if head < length:
+                flat[start + head:start + length] = table[:length - head]
+        del flat
         yield frame
+        del frame  # so that the frame is refilled once its consumer (and everyone else) let it go
         frame_number += 1
+
+
+#: Frames ``synthetic_frames`` keeps for refilling (those in flight in ``sbrs run``: one or two).
+SPARE_FRAMES = 4
+
+
+def _unheld(frames: list[np.ndarray]) -> np.ndarray | None:
+    """One of ``frames`` that nobody else references (no name, container or view: a view references its base),
+    so that refilling it is invisible, like freeing it: the last frame's memory, already touched, instead of a
+    new frame's from the C heap each time, which left it holding 0.5 MB more in ``sbrs run`` (measured)."""
+    for index in range(len(frames)):  # no loop variable: it would be one more reference
+        if sys.getrefcount(frames[index]) <= _OWN_REFERENCES:
+            return frames[index]
+    return None
+
+
+def _own_references() -> int:
+    """What ``_unheld`` counts for a frame its list alone holds: the list's reference and ``getrefcount``'s
+    argument's (2 in CPython 3.11; measured here the way ``_unheld`` counts, not assumed)."""
+    frames, index = [np.empty(0)], 0
+    return sys.getrefcount(frames[index])
+
+
+_OWN_REFERENCES = _own_references()
+
+
+#: Values of the synthetic table computed at once (``_synthetic_table``): temporaries of 32 kB at most.
+_TABLE_CHUNK = 4096
+
+
+def _synthetic_table(size: int, dtype: np.dtype[Any], seed: int) -> np.ndarray:
+    """The ``size`` seeded values of ``synthetic_frames`` in ``dtype``: hashed indices (``_mix32``) as uniform
+    values in [0, 1), scaled to mean 0 and variance 1 for floats or to 0..255 for integers (computed in float64,
+    then cast), ``_TABLE_CHUNK`` at a time."""
+    table = np.empty(size, dtype=dtype)
+    salt = np.uint32((seed * 0x9E3779B9) % 2**32)
+    floating = np.issubdtype(dtype, np.floating)
+    for start in range(0, size, _TABLE_CHUNK):
+        hashed = np.arange(start, min(start + _TABLE_CHUNK, size), dtype=np.uint32) ^ salt
+        _mix32(hashed)
+        unit = (hashed >> np.uint32(8)).astype(np.float64) / 2**24  # uniform in [0, 1)
+        values = ((unit - 0.5) * np.sqrt(12.0)) if floating else np.floor(unit * 256)
+        table[start:start + len(values)] = values.astype(dtype)
+    return table
 
 
 def _mix32(values: np.ndarray) -> None:

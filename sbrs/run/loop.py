@@ -301,7 +301,6 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
     except BaseException:
         runtime.close()
         raise
-    release_free_memory()
     controller = PolicyController(config, runtime.switch, current=runtime.scenario, switch_source=True)
     measurements = Measurements(controller, memory)
     server = None
@@ -340,6 +339,9 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
                 if server.tcp_address is not None:
                     host, port = server.tcp_address
                     logger.info("sbrs run: control protocol on tcp %s:%s", host, port)
+            # after everything the run holds besides its frames exists: what loading and the imports since left
+            # free in the C heap goes back to the system (``sbrs.ort_env.release_free_memory``)
+            release_free_memory()
             try:
                 summary = run_frames(runtime, frame_source, limit=frames, on_frame=on_frame, stop=stop,
                                      order=order)

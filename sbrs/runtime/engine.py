@@ -41,6 +41,7 @@ observers' ``switch_done``). What a runtime reports about itself (``facts``, ``m
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -60,6 +61,7 @@ from sbrs.runtime.binding import Bound, bind_parts, bind_units
 from sbrs.runtime.control_node import ControlNode, SwitchRecord, SwitchRequest
 from sbrs.runtime.device import ArenaMemory, device_of
 from sbrs.runtime.events import Observers, RunObserver
+from sbrs.runtime.streams import BandStreams, process_in_streams
 from sbrs.runtime.switching import (
     MAX_UNSETTLED,
     Lookahead,
@@ -270,6 +272,14 @@ class Runtime:
         self._calls, self._copy_in, self._copy_out = bound.calls, bound.copy_in, bound.copy_out
         self._copy_out_reads = bound.copy_out_reads
         self._new_calls, self._new_copy_in, self._new_copy_out = new.calls, new.copy_in, new.copy_out
+        # band streams (``sbrs.runtime.streams``) where the build chose them; cancel and resume give a frame in
+        # flight up, which needs one frame at a time
+        self._streams: BandStreams | None = None
+        self._frame_lock: threading.Lock | contextlib.nullcontext[None] = contextlib.nullcontext()
+        if by_parts and plan.streams > 1 and self.on_switch == "finish":  # type: ignore[union-attr]
+            self._streams = BandStreams(plan, bound, self._arena, self._sessions,  # type: ignore[arg-type]
+                                        self._run_options)
+            self._frame_lock = self._streams.locks[0]  # stream 0's arena is the runtime's own
         self._transition_starts: dict[tuple[str, str], tuple[bool, bool]] = transition_starts(self)
         # under ``resume``: where a frame stopped on o continues on n (``sbrs.compile.transitions.ResumeTable``),
         # and which steps of o a request for n lets finish (``_interrupt_resume``)
@@ -365,8 +375,9 @@ class Runtime:
     @property
     def arena_bytes(self) -> int:
         """Bytes of the one arena allocated: tensors between execution units, or every line buffer and band-call
-        boundary tensor by parts (tensors inside one ONNX Runtime call are ONNX Runtime's own memory)."""
-        return int(self._arena.nbytes)
+        boundary tensor by parts, in each band stream's arena (tensors inside one ONNX Runtime call are ONNX
+        Runtime's own memory)."""
+        return int(self._arena.nbytes) if self._streams is None else self._streams.nbytes
 
     @property
     def session_count(self) -> int:
@@ -397,7 +408,7 @@ class Runtime:
         if reduce not in ("median", "min"):
             raise InputError(f"unknown reduction '{reduce}' (allowed: median, min)", field="reduce")
         arrays = self._checked_frame(frame)
-        with self._lock:
+        with self._lock, self._frame_lock:
             if self._closed:
                 raise SbrsRuntimeError("the runtime is closed")
             scenario = self.scenario
@@ -446,7 +457,7 @@ class Runtime:
         A pending switch request applies to this frame (nothing is in flight between ``infer`` calls).
         """
         arrays = self._checked_frame(frame)
-        with self._lock:
+        with self._lock, self._frame_lock:
             result = self._execute(arrays, 0, None, mode="naive")
             self._settle()
         assert isinstance(result, FrameResult)  # no look-ahead, no transition
@@ -472,7 +483,12 @@ class Runtime:
     def _process(self, frames: Iterable[Frame], *, order: str = "completion", inject: tuple[int, str] | None = None,
                  mode: str | None = None) -> Iterator[FrameResult]:
         """``process`` with a test/bench hook: ``inject = (s, name)`` makes an SSR for ``name`` arrive just
-        as step s of the first frame starts (thesis step^o_SSR = s); ``mode`` overrides the transition mode."""
+        as step s of the first frame starts (thesis step^o_SSR = s); ``mode`` overrides the transition mode.
+        On band streams frames start when a stream is free and a request waits for the next frame to start
+        (``sbrs.runtime.streams``); ``inject`` needs one frame at a time and runs on stream 0 alone."""
+        if self._streams is not None and inject is None:
+            yield from process_in_streams(self, self._streams, frames, order)
+            return
         lookahead = Lookahead(iter(frames), self._checked_frame)
         index = 0
         try:
@@ -557,16 +573,31 @@ class Runtime:
         waits (then the switch goes first; the bookkeeping waits, bounded, as requests may never stop), the
         pending request taken, and the frame copied into the arena of the scenario now active. Returns the
         scenario before the take, the request, the scenario now active and the frame's start time."""
+        previous, request, scenario = self._take_request()
+        begin = time.perf_counter()
+        for array in arrays.values():  # one app input (checked at load); a dict keeps the contract general
+            self._copy_in[scenario](array)
+        return previous, request, scenario, begin
+
+    def _take_request(self) -> tuple[str, SwitchRequest | None, str]:
+        """``_start_frame`` before the copy-in (band streams copy in on their own thread): the scenario before
+        the take, the request and the scenario now active."""
         node = self.node
         if node.pending is None or len(self._unsettled) >= MAX_UNSETTLED:
             self._settle()
         previous = node.scenario
         request = node.take()  # under cancel and resume: clears ``terminate`` under the node's lock
-        scenario = node.scenario
-        begin = time.perf_counter()
-        for array in arrays.values():  # one app input (checked at load); a dict keeps the contract general
-            self._copy_in[scenario](array)
-        return previous, request, scenario, begin
+        return previous, request, node.scenario
+
+    def _stream_result(self, scenario: str, index: int, outputs: dict[str, np.ndarray], begin: float, done: float,
+                       request: SwitchRequest | None, previous: str) -> FrameResult:
+        """A frame a band stream computed on ``scenario`` from ``begin`` to ``done`` (its outputs already
+        copied out): its result, with the record of the switch it was the first frame of, if any."""
+        record = None
+        if request is not None:
+            record = self.node.record(request, previous, done, ssr_step=None, overlapped_steps=0)
+        self._unsettled.append((scenario, done - begin, request, record))
+        return FrameResult(index, scenario, outputs, done - begin, record, self.postprocessors)
 
     def _old_frame_result(self, scenario: str, index: int, begin: float, request: SwitchRequest | None,
                           previous: str, mode: str, cancelled_steps: int | None = None,
@@ -638,6 +669,8 @@ class Runtime:
             if self._worker is not None:
                 self._worker.shutdown(wait=True)
                 self._worker = None
+            if self._streams is not None:
+                self._streams.close()
             self._calls.clear()
             self._copy_in.clear()
             self._copy_out.clear()

@@ -51,7 +51,9 @@ def memory_report(runtime: Runtime) -> dict[str, Any]:
     ``planned_lower_bound_bytes`` (its lower bound) and, by parts, ``planned_reduction_arena_bytes`` (the search's
     Algorithm 10 figure). ``arena_holds`` says which tensors the arena holds: tensors inside one ONNX Runtime call
     are ONNX Runtime's own memory, and so are its copies of the weights (``sbrs bench`` measures the process). By
-    parts also ``transition_cut`` (the fraction of an old frame after which the arena keeps the new frame's buffers
+    parts also ``band_streams`` (frames in flight at once, each in an arena of its own,
+    ``sbrs.runtime.streams``: ``arena_bytes`` and the planned arena count every stream's), ``transition_cut``
+    (the fraction of an old frame after which the arena keeps the new frame's buffers
     apart; None: no room under the limit, ``sbrs.compile.parts.plan_transition_room``) and
     ``transition_overlap_pairs`` (ordered pairs whose new frame may start before the old frame's last call; with
     none, every switch happens at the frame boundary, as ``naive``). Each switch's ``SwitchRecord`` says what it did
@@ -60,7 +62,7 @@ def memory_report(runtime: Runtime) -> dict[str, Any]:
     from sbrs.compile.footprint import Footprint
 
     plan: Any = runtime.plan
-    arena = int(runtime._arena.nbytes)
+    arena = runtime.arena_bytes  # every band stream's
     footprint = runtime._footprint or Footprint(int(runtime._model_bytes["params_bytes"]), arena, 0)
     limit = runtime.memory_limit_bytes
     report: dict[str, Any] = {"execution": runtime.execution, "params_bytes": footprint.params_bytes,
@@ -69,8 +71,11 @@ def memory_report(runtime: Runtime) -> dict[str, Any]:
                               "total_bytes": footprint.plan_bytes, "arena_bytes": arena, "limit_bytes": limit,
                               "within_limit": None if limit is None else footprint.plan_bytes <= limit}
     if runtime.execution == "parts":
-        report.update(planned_arena_bytes=plan.arena_bytes, planned_lower_bound_bytes=plan.lower_bound_bytes,
-                      planned_reduction_arena_bytes=plan.reduction.get("figures", {}).get("arena_bytes"))
+        streams = 1 if runtime._streams is None else runtime._streams.count
+        report.update(planned_arena_bytes=streams * plan.arena_bytes,
+                      planned_lower_bound_bytes=streams * plan.lower_bound_bytes,
+                      planned_reduction_arena_bytes=plan.reduction.get("figures", {}).get("arena_bytes"),
+                      band_streams=streams)
         holds = ("every line buffer and band-call boundary tensor of every scenario (tensors inside one band "
                  "call are ONNX Runtime's)")
     else:

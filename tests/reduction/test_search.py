@@ -102,15 +102,21 @@ def test_sbrs_build_runs_the_benchmarks_search(tmp_path: Path, capsys: pytest.Ca
     from sbrs.app import load_app
     from sbrs.model.fold import fold_model
     from sbrs.reduction import AnalyticCostModel, GaParams, reduce_buffers
+    from sbrs.reduction.search import band_streams
 
     code, out, err = build(tmp_path, capsys, "--json", "--memory-limit", "0.25", *FAST)
     assert code == 0, err
     reduction = json.loads(out)["reduction"]
-    models = {s: fold_model(m) for s, m in load_app(tmp_path / "tiny.yaml").models.items()}
+    app = load_app(tmp_path / "tiny.yaml")
+    models = {s: fold_model(m) for s, m in app.models.items()}
     params = GaParams(population=8, generations=2, seed=0)
     streamed = reduce_buffers(models, memory_limit=250_000, cost=AnalyticCostModel(), params=params,
-                              stream_input=True)
+                              stream_input=True, streams=band_streams(app))
     whole = reduce_buffers(models, memory_limit=250_000, cost=AnalyticCostModel(), params=params)
+    one_stream = reduce_buffers(models, memory_limit=250_000, cost=AnalyticCostModel(), params=params,
+                                stream_input=True)
     assert reduction["pareto"] == [p.to_dict() for p in streamed.pareto]
     assert reduction["chosen"] == streamed.chosen.to_dict()
     assert min(p["memory_bytes"] for p in reduction["pareto"]) <= whole.pareto[0].memory_bytes
+    # band streams add configurations, never a smaller one: the minimum is the one-stream search's
+    assert streamed.pareto[0] == one_stream.pareto[0]

@@ -1,0 +1,255 @@
+"""Band streams (``sbrs.runtime.streams``): a runtime by parts whose plan chose two streams keeps two frames in
+flight, each in an arena of its own, and every result equals ONNX Runtime on the scenario's own model, in
+steady state, across switches requested from other threads, beside ``infer`` from another thread, and when a
+frame is malformed or the caller stops early.
+
+The app is tests/data/limited/limited.yaml (two CIFAR ResNet-14 scenarios), its build's band heights compiled
+as two streams with a limit that holds both arenas (at 0.87 MB the search keeps one stream).
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sbrs.app import App, load_app
+from sbrs.cli import main
+from sbrs.compile.fit import app_parts, fit_parts, strategy_of
+from sbrs.compile.footprint import parts_footprint
+from sbrs.compile.parts_plan import PartsPlan
+from sbrs.errors import InputError
+from sbrs.runtime.engine import Runtime
+from tests.runtime.conftest import References, assert_equivalent, random_frame
+
+LIMITED = Path(__file__).resolve().parents[1] / "data" / "limited" / "limited.yaml"
+SMALL_SEARCH = ("--generations", "6", "--population", "12", "--cost", "analytic")
+LIMIT = 2_000_000
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> App:
+    path = tmp_path_factory.mktemp("streams") / "limited.yaml"
+    shutil.copy(LIMITED, path)
+    assert main(["build", str(path), "--json", *SMALL_SEARCH]) == 0
+    return load_app(path)
+
+
+@pytest.fixture(scope="module")
+def refs(app: App) -> References:
+    return References(app)
+
+
+def two_stream_plan(app: App) -> PartsPlan:
+    from sbrs.reduction.search import saved_reduction
+
+    reduction = saved_reduction(app)
+    assert reduction is not None
+    chosen = {**reduction["chosen"], "streams": 2,
+              "memory_bytes": reduction["chosen"]["params_bytes"] + 2 * reduction["chosen"]["arena_bytes"]}
+    return app_parts(app, reduction["band_rows"], {"memory_limit_bytes": LIMIT, "chosen": chosen},
+                     strategy_of(reduction))
+
+
+@pytest.fixture(scope="module")
+def runtime(app: App) -> Runtime:
+    rt = Runtime.from_app(app, parts=two_stream_plan(app))
+    assert rt._streams is not None and rt._streams.count == 2
+    return rt
+
+
+def test_each_stream_has_an_arena_of_its_own_and_the_plan_counts_both(runtime: Runtime) -> None:
+    plan = runtime.plan
+    assert plan.streams == 2  # type: ignore[union-attr]
+    one, two = runtime._streams.arenas  # type: ignore[union-attr]
+    assert one is runtime._arena and one.nbytes == two.nbytes == plan.arena_bytes
+    assert abs(one.base - two.base) >= plan.arena_bytes  # two allocations: their bytes never meet
+    report = runtime.memory_report()
+    assert report["band_streams"] == 2 and report["arena_bytes"] == 2 * plan.arena_bytes
+    footprint = parts_footprint(plan)  # type: ignore[arg-type]
+    chosen = plan.reduction["chosen"]
+    assert footprint.tensors_bytes == 2 * chosen["arena_bytes"]  # every stream's tensors, inside calls too
+    assert report["total_bytes"] == footprint.params_bytes + footprint.tensors_bytes <= LIMIT
+
+
+@pytest.mark.parametrize("order", ["completion", "stream"])
+def test_frames_in_flight_at_once_equal_onnx_runtime(runtime: Runtime, app: App, refs: References,
+                                                     order: str) -> None:
+    frames = [random_frame(app, seed) for seed in range(7)]
+    for scenario in runtime.scenarios:
+        runtime.switch(scenario)
+        results = list(runtime.process(frames, order=order))
+        assert sorted(r.index for r in results) == list(range(len(frames)))
+        if order == "stream":
+            assert [r.index for r in results] == list(range(len(frames)))
+        for result in results:
+            assert result.scenario == scenario
+            assert_equivalent(result.outputs, refs.outputs(scenario, frames[result.index]), f"{order} {scenario}")
+
+
+def test_both_streams_really_run_frames(runtime: Runtime, app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    used: list[int] = []
+    run = runtime._streams._run  # type: ignore[union-attr]
+
+    def counted(stream: int, *args: object) -> object:
+        used.append(stream)
+        return run(stream, *args)
+
+    monkeypatch.setattr(runtime._streams, "_run", counted)
+    list(runtime.process([random_frame(app, 1)] * 6))
+    assert set(used) == {0, 1}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(requests=st.lists(st.tuples(st.integers(0, 9), st.sampled_from(["full", "skip"])), max_size=4),
+       order=st.sampled_from(["completion", "stream"]))
+def test_switches_between_frames_in_flight_keep_every_output_equal(runtime: Runtime, app: App, refs: References,
+                                                                   requests: list[tuple[int, str]],
+                                                                   order: str) -> None:
+    """A request made as frame k is handed over (two frames may then be in flight) applies to a frame that has
+    not started; every frame runs whole on one scenario, and its output equals that scenario's model."""
+    frames = [random_frame(app, 20 + k) for k in range(10)]
+    at = dict(requests)
+    runtime.switch("full")
+    runtime.infer(frames[0])
+
+    def source():
+        for k, frame in enumerate(frames):
+            if k in at:
+                runtime.switch(at[k])
+            yield frame
+
+    results = list(runtime.process(source(), order=order))
+    assert sorted(r.index for r in results) == list(range(len(frames)))
+    by_index = sorted(results, key=lambda r: r.index)
+    expected = "full"
+    for k, result in enumerate(by_index):
+        expected = at.get(k, expected)
+        assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[k]), f"frame {k}")
+        # a request made before frame k is handed over is taken by frame k at the latest
+        if k in at:
+            assert result.scenario == at[k]
+    assert by_index[-1].scenario == expected
+    switched = [r for r in by_index if r.switch is not None]
+    assert all(r.switch.new == r.scenario for r in switched)  # type: ignore[union-attr]
+
+
+def test_switches_from_three_threads_never_lose_a_frame(runtime: Runtime, app: App, refs: References) -> None:
+    from tests.runtime.test_switching_stress import DISTINCT_FRAMES, stress
+
+    frames = [random_frame(app, 100 + k) for k in range(DISTINCT_FRAMES)]
+    want = {(s, k): refs.outputs(s, frame) for s in refs.sessions for k, frame in enumerate(frames)}
+    for order in ("completion", "stream"):
+        results = stress(runtime, frames, 0.4, seed=3, order=order)
+        assert sorted(r.index for r in results) == list(range(len(results))), f"{order}: frames lost"
+        assert len({r.scenario for r in results}) == 2, "the run never switched"
+        for result in results:
+            assert_equivalent(result.outputs, want[(result.scenario, result.index % DISTINCT_FRAMES)],
+                              f"{order} frame {result.index} on {result.scenario}")
+
+
+def test_infer_from_another_thread_waits_for_stream_0(runtime: Runtime, app: App, refs: References) -> None:
+    frames = [random_frame(app, 40 + k) for k in range(4)]
+    runtime.switch("skip")
+    runtime.infer(frames[0])
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def infer_loop() -> None:
+        try:
+            while not done.is_set():
+                for frame in frames:
+                    assert_equivalent(runtime.infer(frame), refs.outputs("skip", frame), "infer beside process")
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=infer_loop)
+    thread.start()
+    try:
+        results = list(runtime.process(itertools.islice(itertools.cycle(frames), 24)))
+    finally:
+        done.set()
+        thread.join()
+    assert not errors, repr(errors[0])
+    assert sorted(r.index for r in results) == list(range(24))
+    for result in results:
+        assert_equivalent(result.outputs, refs.outputs("skip", frames[result.index % 4]), "process beside infer")
+
+
+def test_a_malformed_frame_comes_after_the_frames_before_it(runtime: Runtime, app: App, refs: References) -> None:
+    good = [random_frame(app, 60 + k) for k in range(3)]
+    runtime.switch("full")
+    seen = []
+    with pytest.raises(InputError, match="shape"):
+        for result in runtime.process([*good, np.zeros((1, 3, 8, 8), np.float32), good[0]]):
+            seen.append(result)
+    assert sorted(r.index for r in seen) == [0, 1, 2]
+    for result in seen:
+        assert_equivalent(result.outputs, refs.outputs("full", good[result.index]), "before the bad frame")
+    assert_equivalent(runtime.infer(good[1]), refs.outputs("full", good[1]), "after the bad frame")
+
+
+class FrameCounter:
+    def __init__(self) -> None:
+        self.frames = 0
+
+    def frame_done(self, scenario: str, seconds: float) -> None:
+        self.frames += 1
+
+
+def test_a_caller_that_stops_early_leaves_the_runtime_usable(app: App, refs: References) -> None:
+    frames = [random_frame(app, 80 + k) for k in range(6)]
+    counter = FrameCounter()
+    with Runtime.from_app(app, parts=two_stream_plan(app), observers=[counter]) as rt:
+        stream = rt.process(frames)
+        first = next(stream)
+        stream.close()  # the other frame in flight finishes and is counted
+        assert first.index == 0
+        rt.infer(frames[2])
+        assert counter.frames == 3
+        results = list(rt.process(frames[:3]))
+        assert counter.frames == 6
+        for result in results:
+            assert_equivalent(result.outputs, refs.outputs("full", frames[result.index]), "after an early stop")
+
+
+def test_cancel_and_resume_run_one_frame_at_a_time(app: App) -> None:
+    """A frame in flight that a switch gives up needs one frame at a time: the plan's second arena is not
+    allocated then (the memory stays within the plan)."""
+    for on_switch in ("cancel", "resume"):
+        with Runtime.from_app(app, parts=two_stream_plan(app), on_switch=on_switch) as rt:
+            assert rt._streams is None and rt.memory_report()["band_streams"] == 1
+            assert rt.arena_bytes == rt.plan.arena_bytes
+
+
+def test_fit_counts_an_arena_per_stream(app: App) -> None:
+    """``fit_parts`` checks the limit on parameters plus every stream's arena: a limit that holds one arena but
+    not two refuses the two-stream point, naming the figure."""
+    from sbrs.reduction.search import saved_reduction
+
+    reduction = saved_reduction(app)
+    assert reduction is not None
+    one = fit_parts(app, reduction)
+    params = int(one.model_bytes["params_bytes"])
+    limit = params + one.arena_bytes + one.arena_bytes // 2
+    chosen = {**reduction["chosen"], "streams": 2}
+    with pytest.raises(InputError, match="memory limit"):
+        fit_parts(app, {**reduction, "memory_limit_bytes": limit, "chosen": chosen, "pareto": []})
+    two = fit_parts(app, {**reduction, "memory_limit_bytes": params + 2 * one.arena_bytes, "chosen": chosen,
+                          "pareto": []})
+    assert two.streams == 2 and params + 2 * two.arena_bytes <= params + 2 * one.arena_bytes
+
+
+def test_a_closed_runtime_refuses_frames(app: App) -> None:
+    from sbrs.errors import SbrsRuntimeError
+
+    rt = Runtime.from_app(app, parts=two_stream_plan(app))
+    rt.close()
+    with pytest.raises(SbrsRuntimeError, match="closed"):
+        list(rt.process([random_frame(app, 1)]))
