@@ -19,7 +19,6 @@ A folder is read once, in order; ``--frames`` can stop earlier.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -69,24 +68,19 @@ def synthetic_frames(spec: InputSpec, seed: int) -> Iterator[np.ndarray]:
     temporaries of a frame's size, which left the allocator holding a few MB more with MobileNetV2's 224x224
     frames (measured). The table is held once, in the frame's dtype (256 kB of float32), and computed
     ``_TABLE_CHUNK`` values at a time: the float64 temporaries of the whole table (about 2.5 MB, freed at once)
-    stayed in the C heap of ``sbrs run`` (measured: 0.75 MB more anonymous memory with the table computed whole
-    and held twice).
+    stayed in the C heap of ``sbrs run`` (measured on apps/adaptive.yaml, 160x160 frames: 0.6 MB more anonymous
+    memory with the table computed whole and held twice).
     """
     dtype = np.dtype(spec.dtype)
     count = int(np.prod(spec.shape, dtype=np.int64))
     size = min(SYNTHETIC_TABLE, max(256, 1 << max(count - 1, 1).bit_length()))
     table = _synthetic_table(size, dtype, seed)
-    made: list[np.ndarray] = []  # frames this generator made, refilled once nobody else holds them
     frame_number = 0
     while True:
         key = np.array([(seed * 0x85EBCA6B + frame_number * 0x9E3779B9) % 2**32], dtype=np.uint32)
         _mix32(key)
         offset = int(key[0]) % size
-        frame = _unheld(made)
-        if frame is None:
-            frame = np.empty(spec.shape, dtype=dtype)
-            if len(made) < SPARE_FRAMES:
-                made.append(frame)
+        frame = np.empty(spec.shape, dtype=dtype)
         flat = frame.reshape(-1)
         for start in range(0, count, size):  # table[offset:], then table[:...] where the frame wraps around
             length = min(size, count - start)
@@ -94,34 +88,8 @@ def synthetic_frames(spec: InputSpec, seed: int) -> Iterator[np.ndarray]:
             flat[start:start + head] = table[offset:offset + head]
             if head < length:
                 flat[start + head:start + length] = table[:length - head]
-        del flat
         yield frame
-        del frame  # so that the frame is refilled once its consumer (and everyone else) let it go
         frame_number += 1
-
-
-#: Frames ``synthetic_frames`` keeps for refilling (those in flight in ``sbrs run``: one or two).
-SPARE_FRAMES = 4
-
-
-def _unheld(frames: list[np.ndarray]) -> np.ndarray | None:
-    """One of ``frames`` that nobody else references (no name, container or view: a view references its base),
-    so that refilling it is invisible, like freeing it: the last frame's memory, already touched, instead of a
-    new frame's from the C heap each time, which left it holding 0.5 MB more in ``sbrs run`` (measured)."""
-    for index in range(len(frames)):  # no loop variable: it would be one more reference
-        if sys.getrefcount(frames[index]) <= _OWN_REFERENCES:
-            return frames[index]
-    return None
-
-
-def _own_references() -> int:
-    """What ``_unheld`` counts for a frame its list alone holds: the list's reference and ``getrefcount``'s
-    argument's (2 in CPython 3.11; measured here the way ``_unheld`` counts, not assumed)."""
-    frames, index = [np.empty(0)], 0
-    return sys.getrefcount(frames[index])
-
-
-_OWN_REFERENCES = _own_references()
 
 
 #: Values of the synthetic table computed at once (``_synthetic_table``): temporaries of 32 kB at most.

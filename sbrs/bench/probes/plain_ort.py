@@ -14,7 +14,7 @@ if __name__ == "__main__":
     stage("bare")
     sessions = [ort.InferenceSession(path, providers=["CPUExecutionProvider"]) for path in args["models"]]
     stage("loaded")
-    frame = np.zeros(args["shape"], args["dtype"])
+    frame = np.full(args["shape"], 0.5, args["dtype"])  # written pages, as a camera's frame (zeros map nothing)
     for session in sessions:
         feed = {session.get_inputs()[0].name: frame}
         for _ in range(args["frames"]):

@@ -1,6 +1,9 @@
 """sbrs through its Python API as an application embeds it: ``sbrs.runtime_for(app_path)`` on the app's build,
-every scenario run ``frames`` frames. Arguments: the app's path, the number of frames."""
+every scenario run ``frames`` frames through ``process`` (the stream entry point: two frames in flight on band
+streams, as in ``sbrs run``), on a frame whose pages are written (a zero frame maps the kernel's zero page and
+would count as nothing). Arguments: the app's path, the number of frames."""
 
+import itertools
 import sys
 
 import numpy as np
@@ -16,9 +19,9 @@ if __name__ == "__main__":
     runtime = sbrs.runtime_for(app_path)
     stage("loaded", {"scenarios": list(runtime.scenarios)})
     (shape, dtype), = runtime.input_specs.values()
-    frame = np.zeros(shape, dtype)
+    frame = np.full(shape, 0.5, dtype)
     for scenario in runtime.scenarios:
         runtime.switch(scenario)
-        for _ in range(frames):
-            runtime.infer(frame)
+        for _ in runtime.process(itertools.repeat(frame, frames)):
+            pass
     stage("ran", {"memory_report": runtime.memory_report()})
