@@ -2,12 +2,12 @@
 
 Throughput (DESIGN.md, "Benchmarks": ratios against a baseline in the same process and run, interleaved,
 medians): for each scenario, sbrs (``process`` over a stream of frames, as ``sbrs run`` feeds it: one frame
-after another, or two at once on band streams) and plain ONNX Runtime running the scenario's
-own ONNX file as a user would at its best settings, each measured: a session with ONNX Runtime's default
-options (its intra-op threads on every core), and two frames at once on two threads sharing one session of one
-intra-op thread each (``session.run`` with a feed dict). They run alternate blocks of ``frames`` frames,
-``repeats`` times; each fps is the median over its blocks, ``ort_fps`` the better of the two plain settings and
-``ratio`` = sbrs fps / ``ort_fps``.
+after another, or two at once on band streams) and plain ONNX Runtime running the scenario's own ONNX file as a
+user would at its best settings, each measured: a session with ONNX Runtime's default options (its intra-op
+threads on every core), and two frames at once on two threads sharing one session of one intra-op thread each
+(``session.run`` with a feed dict). They run alternate blocks of ``frames`` frames (more where that is shorter
+than ``MIN_BLOCK_S``), ``repeats`` times; each fps is the median over its blocks, ``ort_fps`` the better of the
+two plain settings and ``ratio`` = sbrs fps / ``ort_fps``.
 
 Device memory (``sbrs.bench.device_memory``): ``sbrs run``, ``sbrs.runtime_for(app.yaml)`` and plain ONNX
 Runtime in fresh processes, every scenario run, PSS and RSS read from outside above a bare interpreter, with the
@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
+import math
 import statistics
 import tempfile
 import threading
@@ -45,6 +46,25 @@ def resident_bytes() -> tuple[int, int]:
 
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         return peak, peak
+
+
+#: The shortest block of frames timed (seconds at the fastest side's warm-up speed): 20 frames of 0.05-0.1 ms
+#: (tiny, pamap2) gave ratios from 0.17 to 1.2 between scenarios of one app in one run.
+MIN_BLOCK_S = 0.05
+
+
+#: Seconds each side runs before it is timed: one block of 20 frames was not enough for the first scenario of a
+#: run (tiny's first scenario timed at 0.31-0.50 of plain ONNX Runtime after one warm-up block, 0.93 after three).
+WARM_UP_S = 0.3
+
+
+def _warmed(measure: Callable[[], float]) -> float:
+    """Run ``measure`` for at least ``WARM_UP_S``; its last fps."""
+    end = time.perf_counter() + WARM_UP_S
+    fps = measure()
+    while time.perf_counter() < end:
+        fps = measure()
+    return fps
 
 
 def _fps(run_frame: Callable[[], object], frames: int) -> float:
@@ -108,8 +128,10 @@ def measure_throughput(app_path: str, *, frames: int, repeats: int, granularity:
             runtime.switch(scenario.name)
             sides = _sides(runtime, default, single, feed, frames)
             samples: dict[str, list[float]] = {side: [] for side in sides}
-            for measure in sides.values():  # warm-up
-                measure()
+            warm = [_warmed(measure) for measure in sides.values()]  # how fast a frame is, once warm
+            block = max(frames, math.ceil(MIN_BLOCK_S * max(warm)))
+            if block > frames:  # sub-millisecond frames: blocks of MIN_BLOCK_S at least
+                sides = _sides(runtime, default, single, feed, block)
             for _ in range(repeats):
                 for side, measure in sides.items():
                     samples[side].append(measure())
