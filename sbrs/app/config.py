@@ -82,7 +82,9 @@ class RuntimeOptions:
     the new one from the layers both share (``sbrs.runtime.engine.Runtime``). ``threads``: intra-op threads of a
     session running a whole unit (default: every core); ``threads_scope``: ``session`` (each session its own
     threads, nothing process-wide) or ``process`` (ONNX Runtime's global pool, refusing the application's own
-    sessions; ``sbrs.ort_env``)."""
+    sessions; ``sbrs.ort_env``). ``streams``: frames in flight at once in ``process`` (``sbrs.runtime.streams``):
+    1, one frame at a time; 2, two, each in an arena of its own, on one-thread sessions (execution units) or as
+    the search chooses (by parts); None (default): one for execution units, the search's choice by parts."""
 
     providers: tuple[str, ...]
     threads: int | None
@@ -92,6 +94,7 @@ class RuntimeOptions:
     switch_steps: int = 4
     on_switch: str = "finish"
     threads_scope: str = "session"
+    streams: int | None = None
 
 
 @dataclass(frozen=True)
@@ -429,7 +432,7 @@ def load_app_config(path: str | Path) -> AppConfig:
         scenarios=tuple(scenarios),
         runtime=RuntimeOptions(tuple(app.runtime.providers), app.runtime.threads, app.runtime.granularity,
                                app.runtime.transition, float(app.runtime.share_min_mb), app.runtime.switch_steps,
-                               app.runtime.on_switch, app.runtime.threads_scope),
+                               app.runtime.on_switch, app.runtime.threads_scope, app.runtime.streams),
         memory_limit_mb=app.memory_limit_mb,
         policy=_resolve_policy(app.policy, names, scenarios[names.index(initial)].requirements, doc),
         metrics=_resolve_metrics(app.metrics, doc),

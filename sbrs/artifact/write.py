@@ -212,7 +212,7 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
     The limit is recorded either way (``memory_limit_bytes``), so a run can tell a build made for another.
     """
     from sbrs.compile.fit import scenario_memory_mb as parts_memory_mb
-    from sbrs.compile.footprint import parts_footprint, units_footprint
+    from sbrs.compile.footprint import parts_footprint, unit_streams, units_footprint
     from sbrs.compile.layout import unit_model
     from sbrs.compile.transitions import build_transition_plan, plan_shadow
     from sbrs.compile.unit_plan import build_unit_plan
@@ -283,7 +283,8 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
             parts_memory_mb(parts, {name: params_bytes([m]) for name, m in app.models.items()}),
             "memory_limit_bytes": None if reduction is None else int(reduction["memory_limit_bytes"]),
             "parts": None if parts is None else parts.to_dict(),
-            "footprint": (units_footprint(app.models, run_plan) if parts is None else parts_footprint(parts)).to_dict(),
+            "footprint": (units_footprint(app.models, run_plan, unit_streams(app.config.runtime)) if parts is None
+                          else parts_footprint(parts)).to_dict(),
             "weights_bytes": (staging / WEIGHTS).stat().st_size,
             "optimized_for": optimized_for,
             "not_optimized": not_optimized,

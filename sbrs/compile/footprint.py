@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from sbrs.app.config import RuntimeOptions
     from sbrs.compile.parts_plan import PartsPlan
     from sbrs.compile.units import UnitPlan
     from sbrs.model.cnn import CnnModel
@@ -48,8 +49,15 @@ class Footprint:
         return cls(int(data["params_bytes"]), int(data["tensors_bytes"]), int(data["transition_bytes"]))
 
 
-def units_footprint(models: Mapping[str, CnnModel], plan: UnitPlan) -> Footprint:
-    """The footprint of ``models`` run as the execution units of ``plan`` (its arena with any shadow slots)."""
+def unit_streams(runtime: RuntimeOptions) -> int:
+    """Frames a runtime of execution units keeps in flight (``sbrs.runtime.streams``): two where the app asks
+    for them (``runtime.streams: 2``) and lets the frame in flight finish at a switch; one otherwise."""
+    return 2 if runtime.streams == 2 and runtime.on_switch == "finish" else 1
+
+
+def units_footprint(models: Mapping[str, CnnModel], plan: UnitPlan, streams: int = 1) -> Footprint:
+    """The footprint of ``models`` run as the execution units of ``plan`` (its arena with any shadow slots), on
+    ``streams`` frames at once: every tensor and the arena once per stream."""
     from sbrs.compile.arena import arena_problem
     from sbrs.compile.units import UnitLayout
     from sbrs.memory import lower_bound
@@ -58,7 +66,8 @@ def units_footprint(models: Mapping[str, CnnModel], plan: UnitPlan) -> Footprint
     whole = plan_reduction(models)  # folded, every tensor, whole layers
     layout = UnitLayout(plan.units, plan.sequences, plan.inputs, plan.outputs, {t.id: t.spec for t in plan.tensors})
     minimum = lower_bound(arena_problem(layout, plan.alignment))
-    return Footprint(int(whole.params_bytes), int(whole.arena.arena_bytes), max(0, int(plan.arena_bytes) - minimum))
+    return Footprint(int(whole.params_bytes), streams * int(whole.arena.arena_bytes),
+                     streams * max(0, int(plan.arena_bytes) - minimum))
 
 
 def parts_footprint(plan: PartsPlan) -> Footprint:

@@ -174,8 +174,10 @@ class RunSummary:
         return (f"plan: parameters {memory['params_bytes'] / 1e6:.3f} MB + tensors "
                 f"{memory['plan_tensors_bytes'] / 1e6:.3f} MB" + (f" + transition room {room / 1e6:.3f} MB"
                                                                  if room >= 500 else "") +
-                f" = {memory['total_bytes'] / 1e6:.3f} MB{bound} (execution by {memory.get('execution')}, "
-                f"transition {memory.get('transition')}; sbrs' arena {memory['arena_bytes'] / 1e6:.3f} MB holds "
+                f" = {memory['total_bytes'] / 1e6:.3f} MB{bound} (execution by {memory.get('execution')}"
+                + (f" on {memory['streams']} streams, frames in flight at once" if memory.get("streams", 1) > 1
+                   else "") +
+                f", transition {memory.get('transition')}; sbrs' arena {memory['arena_bytes'] / 1e6:.3f} MB holds "
                 f"{memory.get('arena_holds')}; `sbrs bench` measures the process)")
 
 

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnxruntime as ort
 
+from sbrs.compile.footprint import unit_streams
 from sbrs.compile.transitions import TRANSITION_MODES, ResumeTable, TransitionPlan, resume_tables
 from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.ort_env import Threads, create_session, release_free_memory, resolve_providers, use_threads
@@ -61,7 +62,7 @@ from sbrs.runtime.binding import Bound, bind_parts, bind_units
 from sbrs.runtime.control_node import ControlNode, SwitchRecord, SwitchRequest
 from sbrs.runtime.device import ArenaMemory, device_of
 from sbrs.runtime.events import Observers, RunObserver
-from sbrs.runtime.streams import BandStreams, process_in_streams
+from sbrs.runtime.streams import Streams, process_in_streams
 from sbrs.runtime.switching import (
     MAX_UNSETTLED,
     Lookahead,
@@ -249,8 +250,12 @@ class Runtime:
                                                else tuple(u.id for u in plan.units))  # type: ignore[union-attr]
         self._sessions: dict[str, ort.InferenceSession] = {}
         # a unit runs on runtime.threads of its own; a band call on the calling thread alone: it is too small for a
-        # pool's fork/join per node (sbrs.ort_env)
-        threads = 1 if by_parts else self.thread_pool.count
+        # pool's fork/join per node (sbrs.ort_env). Streams (sbrs.runtime.streams) run frames of their own on
+        # one-thread sessions; cancel and resume give a frame in flight up, which needs one frame at a time.
+        streams = 1
+        if self.on_switch == "finish" and self.device == "cpu":
+            streams = plan.streams if by_parts else unit_streams(config.runtime)  # type: ignore[union-attr]
+        threads = 1 if by_parts or streams > 1 else self.thread_pool.count
         for key in self._session_keys:
             self._sessions[key] = create_session(program.model(key), self.providers, threads=threads,
                                                  scope=self.thread_pool.scope, optimized=program.optimized)
@@ -274,11 +279,16 @@ class Runtime:
         self._new_calls, self._new_copy_in, self._new_copy_out = new.calls, new.copy_in, new.copy_out
         # band streams (``sbrs.runtime.streams``) where the build chose them; cancel and resume give a frame in
         # flight up, which needs one frame at a time
-        self._streams: BandStreams | None = None
+        self._streams: Streams | None = None
         self._frame_lock: threading.Lock | contextlib.nullcontext[None] = contextlib.nullcontext()
-        if by_parts and plan.streams > 1 and self.on_switch == "finish":  # type: ignore[union-attr]
-            self._streams = BandStreams(plan, bound, self._arena, self._sessions,  # type: ignore[arg-type]
-                                        self._run_options)
+        if streams > 1:
+            def bind(arena: ArenaMemory) -> Bound:
+                if by_parts:
+                    return bind_parts(plan, self._sessions, arena, self._run_options)  # type: ignore[arg-type]
+                return bind_units(plan, self._sessions, arena, self.device, self.providers,  # type: ignore[arg-type]
+                                  config.input.name, self._run_options)
+
+            self._streams = Streams(streams, bound, self._arena, plan.arena_bytes, plan.alignment, bind)
             self._frame_lock = self._streams.locks[0]  # stream 0's arena is the runtime's own
         self._transition_starts: dict[tuple[str, str], tuple[bool, bool]] = transition_starts(self)
         # under ``resume``: where a frame stopped on o continues on n (``sbrs.compile.transitions.ResumeTable``),

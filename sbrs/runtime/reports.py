@@ -46,13 +46,14 @@ def memory_report(runtime: Runtime) -> dict[str, Any]:
     scenario has live at once, every tensor counted (those inside ONNX Runtime calls too),
     ``plan_transition_bytes``, the arena's room for switches, and ``total_bytes``, their sum, the plan;
     ``limit_bytes``: the app's ``memory_limit_mb`` (None without one) and ``within_limit`` (the plan within it).
-    ``arena_bytes``: the arena sbrs really allocated (tensors between ONNX Runtime calls). Planned figures carry
+    ``streams``: frames in flight at once in ``process``, each in an arena of its own (``sbrs.runtime.streams``;
+    ``arena_bytes`` and the planned arena count every stream's). ``arena_bytes``: the arena sbrs really allocated
+    (tensors between ONNX Runtime calls). Planned figures carry
     ``planned`` in their names: ``planned_arena_bytes`` (the arena the plan asked for),
     ``planned_lower_bound_bytes`` (its lower bound) and, by parts, ``planned_reduction_arena_bytes`` (the search's
     Algorithm 10 figure). ``arena_holds`` says which tensors the arena holds: tensors inside one ONNX Runtime call
     are ONNX Runtime's own memory, and so are its copies of the weights (``sbrs bench`` measures the process). By
-    parts also ``band_streams`` (frames in flight at once, each in an arena of its own,
-    ``sbrs.runtime.streams``: ``arena_bytes`` and the planned arena count every stream's), ``transition_cut``
+    parts also ``transition_cut``
     (the fraction of an old frame after which the arena keeps the new frame's buffers
     apart; None: no room under the limit, ``sbrs.compile.parts.plan_transition_room``) and
     ``transition_overlap_pairs`` (ordered pairs whose new frame may start before the old frame's last call; with
@@ -65,21 +66,22 @@ def memory_report(runtime: Runtime) -> dict[str, Any]:
     arena = runtime.arena_bytes  # every band stream's
     footprint = runtime._footprint or Footprint(int(runtime._model_bytes["params_bytes"]), arena, 0)
     limit = runtime.memory_limit_bytes
-    report: dict[str, Any] = {"execution": runtime.execution, "params_bytes": footprint.params_bytes,
+    streams = 1 if runtime._streams is None else runtime._streams.count
+    report: dict[str, Any] = {"execution": runtime.execution, "streams": streams,
+                              "params_bytes": footprint.params_bytes,
                               "plan_tensors_bytes": footprint.tensors_bytes,
                               "plan_transition_bytes": footprint.transition_bytes,
                               "total_bytes": footprint.plan_bytes, "arena_bytes": arena, "limit_bytes": limit,
                               "within_limit": None if limit is None else footprint.plan_bytes <= limit}
     if runtime.execution == "parts":
-        streams = 1 if runtime._streams is None else runtime._streams.count
         report.update(planned_arena_bytes=streams * plan.arena_bytes,
                       planned_lower_bound_bytes=streams * plan.lower_bound_bytes,
-                      planned_reduction_arena_bytes=plan.reduction.get("figures", {}).get("arena_bytes"),
-                      band_streams=streams)
+                      planned_reduction_arena_bytes=plan.reduction.get("figures", {}).get("arena_bytes"))
         holds = ("every line buffer and band-call boundary tensor of every scenario (tensors inside one band "
                  "call are ONNX Runtime's)")
     else:
-        report.update(planned_arena_bytes=plan.arena_bytes, planned_lower_bound_bytes=plan.arena_lower_bound)
+        report.update(planned_arena_bytes=streams * plan.arena_bytes,
+                      planned_lower_bound_bytes=streams * plan.arena_lower_bound)
         holds = "tensors between execution units (tensors inside a unit are ONNX Runtime's)"
     report.update(transition=runtime.node.mode, transition_arena=runtime.transitions.arena, arena_holds=holds)
     if runtime.execution == "parts":

@@ -1,12 +1,14 @@
-"""Band streams: frames of a runtime by parts in flight at once, one per core (beyond the thesis).
+"""Streams: frames in flight at once, one per core, each in an arena of its own (beyond the thesis).
 
 A band call is too small for a pool of threads (its fork and join cost more than the second core gives,
 ``sbrs.ort_env``), so a runtime by parts runs every call on one thread. Where the build's search chose two
 band streams (``sbrs.reduction.ga.with_streams``: the plan counts the buffers once per stream), the runtime
 binds every call a second time, to an arena of its own, and ``Runtime.process`` keeps two frames in flight,
 each on its own stream and worker thread; ONNX Runtime releases the GIL inside a call, and a session runs
-calls of several threads at once. MobileNetV2 1.0@224 at 14.8 MB: 5.2-5.5 ms a frame on two streams against
-10.0 ms on one (docs/MEASUREMENTS.md).
+calls of several threads at once. MobileNetV2 1.0@224 at 15.7 MB: 5.9-6.0 ms a frame on two streams against
+10.3-10.9 ms on one (docs/MEASUREMENTS.md). Execution units do the same where the app asks for it
+(``runtime.streams: 2``): their sessions then have one thread each, as plain ONNX Runtime's "two frames at
+once" has, which beats a two-thread session on models whose layers parallelise poorly (detect, pamap2).
 
 Switching needs no transition room: the frame a request is taken for starts on the stream that is free while
 the other stream's frame finishes on the old scenario; their buffers never meet. Results come back one per
@@ -18,21 +20,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sbrs.errors import InputError, SbrsRuntimeError
-from sbrs.runtime.binding import Bound, bind_parts
+from sbrs.runtime.binding import Bound
 from sbrs.runtime.device import ArenaMemory
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
 
-    import onnxruntime as ort
-
-    from sbrs.compile.parts_plan import PartsPlan
     from sbrs.runtime.control_node import SwitchRequest
     from sbrs.runtime.engine import Frame, FrameResult, Runtime
 
@@ -40,18 +39,19 @@ if TYPE_CHECKING:
 Computed = tuple[dict[str, np.ndarray], float, float]
 
 
-class BandStreams:
-    """Every stream's arena and bound calls (stream 0 is the runtime's own), a lock per stream and the worker
-    threads that run the frames."""
+class Streams:
+    """Every stream's arena and bound steps (stream 0 is the runtime's own), a lock per stream and the worker
+    threads that run the frames. ``bind(arena)`` binds every step of the plan to another arena of the same
+    size (``bind_parts``, or ``bind_units`` without shadow slots)."""
 
-    def __init__(self, plan: PartsPlan, first: Bound, first_arena: ArenaMemory,
-                 sessions: Mapping[str, ort.InferenceSession], run_options: ort.RunOptions) -> None:
+    def __init__(self, count: int, first: Bound, first_arena: ArenaMemory, arena_bytes: int, alignment: int,
+                 bind: Callable[[ArenaMemory], Bound]) -> None:
         self.arenas = [first_arena]
         self.bounds = [first]
-        for _ in range(1, plan.streams):
-            arena = ArenaMemory(plan.arena_bytes, "cpu", plan.alignment)
+        for _ in range(1, count):
+            arena = ArenaMemory(arena_bytes, "cpu", alignment)
             self.arenas.append(arena)
-            self.bounds.append(bind_parts(plan, sessions, arena, run_options))
+            self.bounds.append(bind(arena))
         self.locks = [threading.Lock() for _ in self.bounds]
         self._pool: ThreadPoolExecutor | None = None
 
@@ -87,7 +87,7 @@ class BandStreams:
             self._pool = None
 
 
-def process_in_streams(runtime: Runtime, streams: BandStreams, frames: Iterable[Frame],
+def process_in_streams(runtime: Runtime, streams: Streams, frames: Iterable[Frame],
                        order: str) -> Iterator[FrameResult]:
     """``Runtime.process`` on band streams: up to one frame in flight per stream, each frame's scenario (and
     any switch request) taken when it starts, results yielded one per frame in ``order``. A malformed frame

@@ -52,13 +52,16 @@ def test_the_front_weighs_one_stream_against_two(monkeypatch: pytest.MonkeyPatch
     assert relative_speed(result.chosen, result.unreduced, names) == best
 
 
-def app_with(on_switch: str = "finish", threads: int | None = None) -> SimpleNamespace:
-    return SimpleNamespace(config=SimpleNamespace(runtime=SimpleNamespace(on_switch=on_switch, threads=threads)))
+def app_with(on_switch: str = "finish", threads: int | None = None, streams: int | None = None) -> SimpleNamespace:
+    runtime = SimpleNamespace(on_switch=on_switch, threads=threads, streams=streams)
+    return SimpleNamespace(config=SimpleNamespace(runtime=runtime))
 
 
 def test_the_app_decides_whether_two_streams_may_run() -> None:
     assert band_streams(app_with()) == 2  # type: ignore[arg-type]
     assert band_streams(app_with(threads=2)) == 2  # type: ignore[arg-type]
     assert band_streams(app_with(threads=1)) == 1  # type: ignore[arg-type]  # the app keeps to one core
+    assert band_streams(app_with(streams=1)) == 1  # type: ignore[arg-type]  # one frame at a time, asked for
+    assert band_streams(app_with(streams=2)) == 2  # type: ignore[arg-type]
     for on_switch in ("cancel", "resume"):  # a frame given up at a switch: one frame at a time
         assert band_streams(app_with(on_switch)) == 1  # type: ignore[arg-type]

@@ -71,7 +71,7 @@ def test_each_stream_has_an_arena_of_its_own_and_the_plan_counts_both(runtime: R
     assert one is runtime._arena and one.nbytes == two.nbytes == plan.arena_bytes
     assert abs(one.base - two.base) >= plan.arena_bytes  # two allocations: their bytes never meet
     report = runtime.memory_report()
-    assert report["band_streams"] == 2 and report["arena_bytes"] == 2 * plan.arena_bytes
+    assert report["streams"] == 2 and report["arena_bytes"] == 2 * plan.arena_bytes
     footprint = parts_footprint(plan)  # type: ignore[arg-type]
     chosen = plan.reduction["chosen"]
     assert footprint.tensors_bytes == 2 * chosen["arena_bytes"]  # every stream's tensors, inside calls too
@@ -224,7 +224,7 @@ def test_cancel_and_resume_run_one_frame_at_a_time(app: App) -> None:
     allocated then (the memory stays within the plan)."""
     for on_switch in ("cancel", "resume"):
         with Runtime.from_app(app, parts=two_stream_plan(app), on_switch=on_switch) as rt:
-            assert rt._streams is None and rt.memory_report()["band_streams"] == 1
+            assert rt._streams is None and rt.memory_report()["streams"] == 1
             assert rt.arena_bytes == rt.plan.arena_bytes
 
 
@@ -253,3 +253,92 @@ def test_a_closed_runtime_refuses_frames(app: App) -> None:
     rt.close()
     with pytest.raises(SbrsRuntimeError, match="closed"):
         list(rt.process([random_frame(app, 1)]))
+
+
+# -- execution units on two streams (``runtime.streams: 2``) ------------------------------------------------
+
+
+TINY = Path(__file__).resolve().parents[2] / "apps" / "tiny.yaml"
+
+
+@pytest.fixture(scope="module")
+def unit_app(tmp_path_factory: pytest.TempPathFactory) -> App:
+    """apps/tiny.yaml asking for two streams."""
+    path = tmp_path_factory.mktemp("unit-streams") / "tiny.yaml"
+    path.write_text(TINY.read_text(encoding="utf-8") + "runtime: {streams: 2}\n", encoding="utf-8")
+    return load_app(path)
+
+
+@pytest.fixture(scope="module")
+def unit_runtime(unit_app: App) -> Runtime:
+    return Runtime.from_app(unit_app)
+
+
+def test_units_on_two_streams_run_one_thread_sessions_and_count_both_arenas(unit_runtime: Runtime,
+                                                                            load_example) -> None:
+    rt = unit_runtime
+    assert rt.execution == "units" and rt._streams is not None and rt._streams.count == 2
+    assert all(s.get_session_options().intra_op_num_threads == 1 for s in rt._sessions.values())
+    report = rt.memory_report()
+    assert report["streams"] == 2 and report["arena_bytes"] == 2 * rt.plan.arena_bytes
+    with Runtime.from_app(load_example("tiny")) as one:
+        alone = one.memory_report()
+        assert alone["streams"] == 1 and one._streams is None
+    assert report["plan_tensors_bytes"] == 2 * alone["plan_tensors_bytes"]
+    assert report["params_bytes"] == alone["params_bytes"]  # the weights once, whatever the streams
+
+
+@pytest.mark.parametrize("order", ["completion", "stream"])
+def test_units_on_two_streams_equal_onnx_runtime_across_switches(unit_runtime: Runtime, unit_app: App,
+                                                                 order: str) -> None:
+    refs = References(unit_app)
+    frames = [random_frame(unit_app, 200 + k) for k in range(12)]
+    at = {2: "skip", 5: "exit", 6: "full", 9: "skip"}
+    unit_runtime.switch("full")
+    unit_runtime.infer(frames[0])
+
+    def source():
+        for k, frame in enumerate(frames):
+            if k in at:
+                unit_runtime.switch(at[k])
+            yield frame
+
+    results = sorted(unit_runtime.process(source(), order=order), key=lambda r: r.index)
+    assert [r.index for r in results] == list(range(len(frames)))
+    for k, result in enumerate(results):
+        if k in at:
+            assert result.scenario == at[k]
+        assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[k]), f"{order} frame {k}")
+    assert {r.scenario for r in results} == {"full", "skip", "exit"}
+
+
+def test_units_on_two_streams_never_lose_a_frame_under_three_switching_threads(unit_runtime: Runtime,
+                                                                              unit_app: App) -> None:
+    from tests.runtime.test_switching_stress import DISTINCT_FRAMES, stress
+
+    refs = References(unit_app)
+    frames = [random_frame(unit_app, 300 + k) for k in range(DISTINCT_FRAMES)]
+    want = {(s, k): refs.outputs(s, frame) for s in refs.sessions for k, frame in enumerate(frames)}
+    results = stress(unit_runtime, frames, 0.4, seed=9, order="completion")
+    assert sorted(r.index for r in results) == list(range(len(results)))
+    assert len({r.scenario for r in results}) >= 2, "the run never switched"
+    for result in results:
+        assert_equivalent(result.outputs, want[(result.scenario, result.index % DISTINCT_FRAMES)],
+                          f"frame {result.index} on {result.scenario}")
+
+
+def test_units_on_two_streams_from_a_build(unit_app: App, tmp_path: Path) -> None:
+    """``sbrs build`` records the two streams' plan, and ``runtime_for`` of the build runs them."""
+    from sbrs.artifact.read import load_build
+    from sbrs.runtime import runtime_for
+
+    path = tmp_path / "tiny.yaml"
+    path.write_text(Path(unit_app.config.path).read_text(encoding="utf-8"), encoding="utf-8")
+    assert main(["build", str(path), "--json"]) == 0
+    footprint = load_build(path).footprint
+    with runtime_for(path) as rt:
+        assert rt._streams is not None and rt.memory_report()["plan_tensors_bytes"] == footprint.tensors_bytes
+        refs = References(load_app(path))
+        frames = [random_frame(unit_app, 400 + k) for k in range(4)]
+        for result in rt.process(frames):
+            assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]), "from the build")
