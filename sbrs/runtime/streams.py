@@ -65,9 +65,9 @@ class Streams:
 
     def submit(self, stream: int, scenario: str, arrays: Mapping[str, np.ndarray]) -> Future[Computed]:
         if self._pool is None:  # started with the first frame: a runtime only ever used by ``infer`` has none
-            from concurrent.futures import ThreadPoolExecutor  # (``sbrs run`` of units never imports it)
+            from concurrent.futures import ThreadPoolExecutor  # only runs on streams import it
 
-            self._pool = ThreadPoolExecutor(max_workers=self.count, thread_name_prefix="sbrs-band-stream")
+            self._pool = ThreadPoolExecutor(max_workers=self.count, thread_name_prefix="sbrs-stream")
         return self._pool.submit(self._run, stream, scenario, arrays)
 
     def _run(self, stream: int, scenario: str, arrays: Mapping[str, np.ndarray]) -> Computed:
