@@ -40,7 +40,7 @@ import json
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -139,6 +139,7 @@ class LoadedBuild:
     optimized_for: str | None = None  # the machine its ONNX Runtime-optimised files are for (None: none made)
     optimized_here: bool = False  # ... and it is this one: the runtime loads those
     footprint: Footprint | None = None  # the plan as sbrs.compile.footprint defines it
+    unit_threads: Mapping[str, int] = field(default_factory=dict)  # units measured faster on fewer threads
 
     def model_path(self, name: str) -> str:
         """The file to load for the build's model file ``name`` (``u1.onnx``, ``c<key>.onnx``): its optimised
@@ -234,7 +235,8 @@ def load_build(app_path: str | Path, folder: Path | None = None) -> LoadedBuild:
             transition_arena=options["transition_arena"], memory_limit_bytes=manifest["memory_limit_bytes"],
             parts=parts,
             optimized_for=manifest["optimized_for"], optimized_here=optimized_here(manifest),
-            footprint=Footprint.from_dict(manifest["footprint"]))
+            footprint=Footprint.from_dict(manifest["footprint"]),
+            unit_threads={str(u): int(t) for u, t in manifest.get("unit_threads", {}).items()})
     except (KeyError, TypeError, ValueError, AttributeError):
         raise refuse(folder, app_path, f"{MANIFEST} lacks fields of a build (damaged)") from None
     why = limit_mismatch(build.config, build.memory_limit_bytes)

@@ -168,6 +168,25 @@ def _save_optimized_models(app: App, staging: Path) -> tuple[str | None, str | N
     return key, None
 
 
+def _measured_unit_threads(app: App, plan: UnitPlan, staging: Path, optimized: bool) -> dict[str, int]:
+    """The units that run faster on one thread than on the app's threads, measured on this machine
+    (``sbrs.compile.unit_threads``); none where the app fixes its threads, shares ONNX Runtime's pool, runs on
+    another provider or on two streams (one-thread sessions already), or the machine has one core."""
+    from sbrs.compile.footprint import unit_streams
+    from sbrs.compile.unit_threads import measure_unit_threads
+    from sbrs.ort_env import CPU_PROVIDER, resolve_providers
+
+    runtime = app.config.runtime
+    providers = resolve_providers(tuple(runtime.providers), where=app.config.path)
+    cores = os.cpu_count() or 1
+    if (runtime.threads is not None or runtime.threads_scope != "session" or providers != (CPU_PROVIDER,)
+            or cores < 2 or unit_streams(runtime) > 1):
+        return {}
+    suffix = OPTIMIZED_SUFFIX if optimized else ".onnx"
+    paths = {unit.id: str(staging / f"{unit.id}{suffix}") for unit in plan.units}
+    return measure_unit_threads(paths, providers, cores, optimized=optimized)
+
+
 def _share_optimized_weights(models: list[Path], shared: Path) -> None:
     """Move the weights of the optimised models (each written with its own ``<model>.bin``) into ``shared``,
     each distinct tensor once and page-aligned, as ``weights.bin`` holds the portable ones.
@@ -265,6 +284,7 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
         finally:
             weights.close()
         optimized_for, not_optimized = _save_optimized_models(app, staging)
+        unit_threads = {} if plan is None else _measured_unit_threads(app, plan, staging, optimized_for is not None)
         files = {record.pop("path"): record for record in
                  (input_record(path, staging) for path in sorted(staging.iterdir()) if path.is_file())}
         manifest: dict[str, Any] = {
@@ -288,6 +308,7 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
             "weights_bytes": (staging / WEIGHTS).stat().st_size,
             "optimized_for": optimized_for,
             "not_optimized": not_optimized,
+            "unit_threads": unit_threads,
             "files": files,
         }
         manifest["checksum"] = manifest_checksum(manifest)

@@ -110,7 +110,8 @@ class Program:
     slots a transition's new frame runs in (units under SBRS-TP). ``optimized``: the files are ONNX Runtime's
     optimised form for this machine. ``release``: hand freed memory back after each session (loading a build
     of units: ONNX Runtime frees its load-time copies when a session is ready, so the process's peak stays
-    near one unit's copies). ``footprint``: the plan of what the runtime holds (``sbrs.compile.footprint``). A
+    near one unit's copies). ``footprint``: the plan of what the runtime holds (``sbrs.compile.footprint``).
+    ``unit_threads``: the units the build measured faster on fewer threads (``sbrs.compile.unit_threads``). A
     runtime keeps nothing of its program but the plan, tables and figures."""
 
     plan: UnitPlan | PartsPlan
@@ -121,6 +122,7 @@ class Program:
     optimized: bool = False
     release: bool = False
     footprint: Footprint | None = None
+    unit_threads: Mapping[str, int] = field(default_factory=dict)
 
 
 #: ``FrameResult._value`` before its first read.
@@ -257,7 +259,8 @@ class Runtime:
             streams = plan.streams if by_parts else unit_streams(config.runtime)  # type: ignore[union-attr]
         threads = 1 if by_parts or streams > 1 else self.thread_pool.count
         for key in self._session_keys:
-            self._sessions[key] = create_session(program.model(key), self.providers, threads=threads,
+            self._sessions[key] = create_session(program.model(key), self.providers,
+                                                 threads=min(threads, program.unit_threads.get(key, threads)),
                                                  scope=self.thread_pool.scope, optimized=program.optimized)
             if program.release:
                 release_free_memory()

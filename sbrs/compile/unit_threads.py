@@ -1,0 +1,70 @@
+"""How many intra-op threads each execution unit runs on, measured on this machine when the build is made.
+
+A unit's session has ``runtime.threads`` threads of its own (default: every core). A pool pays for its
+threads on every call: they sleep between calls (they must, or idle pools of other units take the cores) and
+are woken by the next, some 20-50 µs a call on this 2-core machine, while a small unit's layers leave a second
+thread little to do. pamap2's units (0.1 ms a frame) ran at 0.78-0.87 of plain ONNX Runtime's better setting
+on one thread against 0.65-0.80 on two; tiny's were slower on one. So the build times each small unit both
+ways, interleaved, and keeps one thread where that was faster; a unit whose call takes longer than
+``MEASURED_MAX_S`` on the pool keeps it without more measuring, as does every unit when the app sets
+``runtime.threads`` or ``threads_scope: process``. The choice is the build's (``unit_threads`` in the
+manifest), never a test's: timing decides only what the build records.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Mapping
+
+import numpy as np
+
+#: Units whose call takes longer than this on the pool keep it unmeasured: their layers split well (ResNet-18
+#: units of 2-8 ms ran 1.7-1.9x faster on two threads than on one here), and the build stays quick.
+MEASURED_MAX_S = 0.0005
+#: Interleaved rounds per unit, and the shortest timed block of calls (seconds).
+ROUNDS = 5
+MIN_BLOCK_S = 0.002
+
+
+def _block(session: object, feed: dict[str, np.ndarray], calls: int) -> float:
+    run = session.run  # type: ignore[attr-defined]
+    start = time.perf_counter()
+    for _ in range(calls):
+        run(None, feed)
+    return (time.perf_counter() - start) / calls
+
+
+def measure_unit_threads(paths: Mapping[str, str], providers: tuple[str, ...], threads: int,
+                         *, optimized: bool) -> dict[str, int]:
+    """The units of ``paths`` (unit id → model file) that ran faster on one thread than on ``threads``, each
+    mapped to 1 (medians of ``ROUNDS`` interleaved blocks on random inputs of the unit's shapes)."""
+    from sbrs.ort_env import create_session
+
+    chosen: dict[str, int] = {}
+    rng = np.random.default_rng(0)
+    for unit, path in paths.items():
+        pool = create_session(path, providers, threads=threads, optimized=optimized)
+        feed = {i.name: rng.standard_normal([int(d) for d in i.shape]).astype(_numpy_type(i.type))
+                for i in pool.get_inputs()}
+        warm = _block(pool, feed, 3)
+        if warm > MEASURED_MAX_S:
+            continue
+        sessions = {threads: pool, 1: create_session(path, providers, threads=1, optimized=optimized)}
+        calls = max(1, int(MIN_BLOCK_S / max(warm, 1e-6)))
+        samples: dict[int, list[float]] = {count: [] for count in sessions}
+        _block(sessions[1], feed, 3)
+        for _ in range(ROUNDS):
+            for count, session in sessions.items():
+                samples[count].append(_block(session, feed, calls))
+        if statistics.median(samples[1]) < statistics.median(samples[threads]):
+            chosen[unit] = 1
+    return chosen
+
+
+def _numpy_type(onnx_type: str) -> np.dtype:
+    """numpy's dtype for ONNX Runtime's ``tensor(float)``-style type names."""
+    names = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
+             "tensor(int8)": np.int8, "tensor(uint8)": np.uint8, "tensor(int32)": np.int32,
+             "tensor(int64)": np.int64, "tensor(bool)": np.bool_}
+    return np.dtype(names.get(onnx_type, np.float32))
