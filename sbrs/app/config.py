@@ -96,6 +96,18 @@ class RuntimeOptions:
     threads_scope: str = "session"
     streams: int | None = None
 
+    def max_streams(self, *, by_parts: bool) -> int:
+        """The most frames a runtime keeps in flight (``sbrs.runtime.streams``), the one rule for the search,
+        the plan and the runtime. One where a switch gives the frame in flight up or resumes it (``on_switch``)
+        or the app asks for one (``streams: 1``). Else two: execution units where the app asks for them
+        (``streams: 2``: their sessions then have one thread each); by parts unless the app keeps its sessions
+        to one thread (``threads: 1``), the search choosing between one and two."""
+        if self.on_switch != "finish" or self.streams == 1:
+            return 1
+        if by_parts:
+            return 1 if self.threads is not None and self.threads < 2 else 2
+        return 2 if self.streams == 2 else 1
+
 
 @dataclass(frozen=True)
 class BatteryRule:

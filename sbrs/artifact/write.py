@@ -172,7 +172,6 @@ def _measured_unit_threads(app: App, plan: UnitPlan, staging: Path, optimized: b
     """The units that run faster on one thread than on the app's threads, measured on this machine
     (``sbrs.compile.unit_threads``); none where the app fixes its threads, shares ONNX Runtime's pool, runs on
     another provider or on two streams (one-thread sessions already), or the machine has one core."""
-    from sbrs.compile.footprint import unit_streams
     from sbrs.compile.unit_threads import measure_unit_threads
     from sbrs.ort_env import CPU_PROVIDER, resolve_providers
 
@@ -180,7 +179,7 @@ def _measured_unit_threads(app: App, plan: UnitPlan, staging: Path, optimized: b
     providers = resolve_providers(tuple(runtime.providers), where=app.config.path)
     cores = os.cpu_count() or 1
     if (runtime.threads is not None or runtime.threads_scope != "session" or providers != (CPU_PROVIDER,)
-            or cores < 2 or unit_streams(runtime) > 1):
+            or cores < 2 or runtime.max_streams(by_parts=False) > 1):
         return {}
     suffix = OPTIMIZED_SUFFIX if optimized else ".onnx"
     paths = {unit.id: str(staging / f"{unit.id}{suffix}") for unit in plan.units}
@@ -231,7 +230,7 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
     The limit is recorded either way (``memory_limit_bytes``), so a run can tell a build made for another.
     """
     from sbrs.compile.fit import scenario_memory_mb as parts_memory_mb
-    from sbrs.compile.footprint import parts_footprint, unit_streams, units_footprint
+    from sbrs.compile.footprint import parts_footprint, units_footprint
     from sbrs.compile.layout import unit_model
     from sbrs.compile.transitions import build_transition_plan, plan_shadow
     from sbrs.compile.unit_plan import build_unit_plan
@@ -303,8 +302,8 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
             parts_memory_mb(parts, {name: params_bytes([m]) for name, m in app.models.items()}),
             "memory_limit_bytes": None if reduction is None else int(reduction["memory_limit_bytes"]),
             "parts": None if parts is None else parts.to_dict(),
-            "footprint": (units_footprint(app.models, run_plan, unit_streams(app.config.runtime)) if parts is None
-                          else parts_footprint(parts)).to_dict(),
+            "footprint": (parts_footprint(parts) if parts is not None else units_footprint(
+                app.models, run_plan, app.config.runtime.max_streams(by_parts=False))).to_dict(),
             "weights_bytes": (staging / WEIGHTS).stat().st_size,
             "optimized_for": optimized_for,
             "not_optimized": not_optimized,

@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sbrs.app.config import RuntimeOptions
     from sbrs.compile.parts_plan import PartsPlan
     from sbrs.compile.units import UnitPlan
     from sbrs.model.cnn import CnnModel
@@ -47,12 +46,6 @@ class Footprint:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Footprint:
         return cls(int(data["params_bytes"]), int(data["tensors_bytes"]), int(data["transition_bytes"]))
-
-
-def unit_streams(runtime: RuntimeOptions) -> int:
-    """Frames a runtime of execution units keeps in flight (``sbrs.runtime.streams``): two where the app asks
-    for them (``runtime.streams: 2``) and lets the frame in flight finish at a switch; one otherwise."""
-    return 2 if runtime.streams == 2 and runtime.on_switch == "finish" else 1
 
 
 def units_footprint(models: Mapping[str, CnnModel], plan: UnitPlan, streams: int = 1) -> Footprint:

@@ -3,9 +3,10 @@
 A unit's session has ``runtime.threads`` threads of its own (default: every core). A pool pays for its
 threads on every call: they sleep between calls (they must, or idle pools of other units take the cores) and
 are woken by the next, some 20-50 µs a call on this 2-core machine, while a small unit's layers leave a second
-thread little to do. pamap2's units (0.1 ms a frame) ran at 0.78-0.87 of plain ONNX Runtime's better setting
-on one thread against 0.65-0.80 on two; tiny's were slower on one. So the build times each small unit both
-ways, interleaved, and keeps one thread where that was faster; a unit whose call takes longer than
+thread little to do. pamap2 (0.1 ms a frame) with every unit on one thread ran at 0.78-0.87 of plain ONNX
+Runtime's better setting against 0.65-0.80 on two; tiny the other way (0.56-0.61 against 0.68-0.88), though
+two of its three units alone measure faster on one. So the build times each small unit both ways,
+interleaved, and keeps one thread where that was faster; a unit whose call takes longer than
 ``MEASURED_MAX_S`` on the pool keeps it without more measuring, as does every unit when the app sets
 ``runtime.threads`` or ``threads_scope: process``. The choice is the build's (``unit_threads`` in the
 manifest), never a test's: timing decides only what the build records.

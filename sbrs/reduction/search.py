@@ -121,14 +121,9 @@ def reduce_app(app: App, plan: AppPlan, memory_limit: int, *, min_fps: Mapping[s
 
 
 def band_streams(app: App) -> int:
-    """The band streams the search may choose for ``app`` (``reduce_buffers``' ``streams``): two, one per
-    core, unless the app keeps its sessions to one thread (``runtime.threads: 1``), asks for one frame at a
-    time (``runtime.streams: 1``) or gives the frame in flight up or resumes it at a switch
-    (``runtime.on_switch``)."""
-    runtime = app.config.runtime
-    if runtime.on_switch != "finish" or (runtime.threads is not None and runtime.threads < 2) or runtime.streams == 1:
-        return 1
-    return 2
+    """The band streams the search may choose for ``app`` (``reduce_buffers``' ``streams``;
+    ``RuntimeOptions.max_streams``)."""
+    return app.config.runtime.max_streams(by_parts=True)
 
 
 def _height(model: Any, layer: str) -> int:

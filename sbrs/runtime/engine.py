@@ -52,7 +52,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnxruntime as ort
 
-from sbrs.compile.footprint import unit_streams
 from sbrs.compile.transitions import TRANSITION_MODES, ResumeTable, TransitionPlan, resume_tables
 from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.ort_env import Threads, create_session, release_free_memory, resolve_providers, use_threads
@@ -256,7 +255,7 @@ class Runtime:
         # one-thread sessions; cancel and resume give a frame in flight up, which needs one frame at a time.
         streams = 1
         if self.on_switch == "finish" and self.device == "cpu":
-            streams = plan.streams if by_parts else unit_streams(config.runtime)  # type: ignore[union-attr]
+            streams = plan.streams if by_parts else config.runtime.max_streams(by_parts=False)  # type: ignore[union-attr]
         threads = 1 if by_parts or streams > 1 else self.thread_pool.count
         for key in self._session_keys:
             self._sessions[key] = create_session(program.model(key), self.providers,
@@ -280,8 +279,7 @@ class Runtime:
         self._calls, self._copy_in, self._copy_out = bound.calls, bound.copy_in, bound.copy_out
         self._copy_out_reads = bound.copy_out_reads
         self._new_calls, self._new_copy_in, self._new_copy_out = new.calls, new.copy_in, new.copy_out
-        # band streams (``sbrs.runtime.streams``) where the build chose them; cancel and resume give a frame in
-        # flight up, which needs one frame at a time
+        # every stream after the first binds the plan again, to an arena of its own (``sbrs.runtime.streams``)
         self._streams: Streams | None = None
         self._frame_lock: threading.Lock | contextlib.nullcontext[None] = contextlib.nullcontext()
         if streams > 1:
@@ -602,16 +600,6 @@ class Runtime:
         request = node.take()  # under cancel and resume: clears ``terminate`` under the node's lock
         return previous, request, node.scenario
 
-    def _stream_result(self, scenario: str, index: int, outputs: dict[str, np.ndarray], begin: float, done: float,
-                       request: SwitchRequest | None, previous: str) -> FrameResult:
-        """A frame a band stream computed on ``scenario`` from ``begin`` to ``done`` (its outputs already
-        copied out): its result, with the record of the switch it was the first frame of, if any."""
-        record = None
-        if request is not None:
-            record = self.node.record(request, previous, done, ssr_step=None, overlapped_steps=0)
-        self._unsettled.append((scenario, done - begin, request, record))
-        return FrameResult(index, scenario, outputs, done - begin, record, self.postprocessors)
-
     def _old_frame_result(self, scenario: str, index: int, begin: float, request: SwitchRequest | None,
                           previous: str, mode: str, cancelled_steps: int | None = None,
                           resumed_steps: int | None = None) -> FrameResult:
@@ -619,7 +607,14 @@ class Runtime:
         switch it was the first frame of (``request`` from ``previous``, at a frame boundary, or stopped and
         run again or resumed: ``cancelled_steps``, ``resumed_steps``) if any."""
         outputs = {name: copy() for name, copy in self._copy_out[scenario].items()}
-        done = time.perf_counter()
+        return self._frame_result(scenario, index, outputs, begin, time.perf_counter(), request, previous, mode,
+                                  cancelled_steps, resumed_steps)
+
+    def _frame_result(self, scenario: str, index: int, outputs: dict[str, np.ndarray], begin: float, done: float,
+                      request: SwitchRequest | None, previous: str, mode: str | None = None,
+                      cancelled_steps: int | None = None, resumed_steps: int | None = None) -> FrameResult:
+        """A frame computed on ``scenario`` from ``begin`` to ``done``, its ``outputs`` copied out (here, or by a
+        stream, ``sbrs.runtime.streams``): its result, with the switch record, and its bookkeeping queued."""
         record = None
         if request is not None:
             record = self.node.record(request, previous, done, ssr_step=None, overlapped_steps=0, mode=mode,

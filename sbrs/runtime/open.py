@@ -147,7 +147,7 @@ def app_program(app: App, *, granularity: str | None, parts: PartsPlan | None, t
         calls = call_models(app.models, parts)
         return Program(parts, _tables(parts), parts.model_bytes, calls.__getitem__,
                        footprint=parts_footprint(parts)), mode
-    from sbrs.compile.footprint import unit_streams, units_footprint
+    from sbrs.compile.footprint import units_footprint
     from sbrs.compile.layout import unit_model
     from sbrs.compile.transitions import build_transition_plan, plan_shadow
     from sbrs.compile.unit_plan import build_unit_plan
@@ -170,7 +170,7 @@ def app_program(app: App, *, granularity: str | None, parts: PartsPlan | None, t
     def model(unit_id: str) -> onnx.ModelProto:
         return unit_model(app.models, moc, units[unit_id], specs, app.name)
 
-    footprint = units_footprint(app.models, plan, unit_streams(app.config.runtime))
+    footprint = units_footprint(app.models, plan, app.config.runtime.max_streams(by_parts=False))
     return Program(plan, transitions, model_bytes, model, shadow, footprint=footprint), mode
 
 

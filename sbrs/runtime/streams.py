@@ -89,7 +89,7 @@ class Streams:
 
 def process_in_streams(runtime: Runtime, streams: Streams, frames: Iterable[Frame],
                        order: str) -> Iterator[FrameResult]:
-    """``Runtime.process`` on band streams: up to one frame in flight per stream, each frame's scenario (and
+    """``Runtime.process`` on streams: up to one frame in flight per stream, each frame's scenario (and
     any switch request) taken when it starts, results yielded one per frame in ``order``. A malformed frame
     raises ``InputError`` after the frames before it were yielded; frames still in flight when the caller
     stops are finished and counted."""
@@ -136,12 +136,12 @@ def process_in_streams(runtime: Runtime, streams: Streams, frames: Iterable[Fram
             outputs, begin, end = future.result()
             free.append(stream)
             with runtime._lock:
-                result = runtime._stream_result(scenario, frame_index, outputs, begin, end, request, previous)
+                result = runtime._frame_result(scenario, frame_index, outputs, begin, end, request, previous)
             yield result
     finally:
         for future, frame_index, _, scenario, request, previous in in_flight:
             outputs, begin, end = future.result()
             with runtime._lock:
-                runtime._stream_result(scenario, frame_index, outputs, begin, end, request, previous)
+                runtime._frame_result(scenario, frame_index, outputs, begin, end, request, previous)
         with runtime._lock:
             runtime._settle()

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from sbrs.app.config import RuntimeOptions
 from sbrs.reduction import GaParams, plan_reduction, reduce_buffers
 from sbrs.reduction.cost import TWO_STREAM_GAIN, streams_gain
 from sbrs.reduction.ga import Point, relative_speed, with_streams
@@ -53,7 +54,8 @@ def test_the_front_weighs_one_stream_against_two(monkeypatch: pytest.MonkeyPatch
 
 
 def app_with(on_switch: str = "finish", threads: int | None = None, streams: int | None = None) -> SimpleNamespace:
-    runtime = SimpleNamespace(on_switch=on_switch, threads=threads, streams=streams)
+    runtime = RuntimeOptions(("CPUExecutionProvider",), threads, "auto", "sbrs-tp", on_switch=on_switch,
+                             streams=streams)
     return SimpleNamespace(config=SimpleNamespace(runtime=runtime))
 
 
@@ -65,3 +67,10 @@ def test_the_app_decides_whether_two_streams_may_run() -> None:
     assert band_streams(app_with(streams=2)) == 2  # type: ignore[arg-type]
     for on_switch in ("cancel", "resume"):  # a frame given up at a switch: one frame at a time
         assert band_streams(app_with(on_switch)) == 1  # type: ignore[arg-type]
+        assert app_with(on_switch, streams=2).config.runtime.max_streams(by_parts=False) == 1
+
+
+def test_execution_units_take_two_streams_only_when_asked() -> None:
+    assert app_with().config.runtime.max_streams(by_parts=False) == 1
+    assert app_with(streams=2).config.runtime.max_streams(by_parts=False) == 2
+    assert app_with(streams=1).config.runtime.max_streams(by_parts=False) == 1

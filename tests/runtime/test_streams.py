@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import shutil
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +63,14 @@ def runtime(app: App) -> Runtime:
     rt = Runtime.from_app(app, parts=two_stream_plan(app))
     assert rt._streams is not None and rt._streams.count == 2
     return rt
+
+
+def switching_as_handed(runtime: Runtime, frames: list[np.ndarray], at: dict[int, str]) -> Iterator[np.ndarray]:
+    """``frames`` as ``process`` takes them, asking for scenario ``at[k]`` just before frame k is handed over."""
+    for k, frame in enumerate(frames):
+        if k in at:
+            runtime.switch(at[k])
+        yield frame
 
 
 def test_each_stream_has_an_arena_of_its_own_and_the_plan_counts_both(runtime: Runtime) -> None:
@@ -118,14 +127,7 @@ def test_switches_between_frames_in_flight_keep_every_output_equal(runtime: Runt
     at = dict(requests)
     runtime.switch("full")
     runtime.infer(frames[0])
-
-    def source():
-        for k, frame in enumerate(frames):
-            if k in at:
-                runtime.switch(at[k])
-            yield frame
-
-    results = list(runtime.process(source(), order=order))
+    results = list(runtime.process(switching_as_handed(runtime, frames, at), order=order))
     assert sorted(r.index for r in results) == list(range(len(frames)))
     by_index = sorted(results, key=lambda r: r.index)
     expected = "full"
@@ -296,14 +298,8 @@ def test_units_on_two_streams_equal_onnx_runtime_across_switches(unit_runtime: R
     at = {2: "skip", 5: "exit", 6: "full", 9: "skip"}
     unit_runtime.switch("full")
     unit_runtime.infer(frames[0])
-
-    def source():
-        for k, frame in enumerate(frames):
-            if k in at:
-                unit_runtime.switch(at[k])
-            yield frame
-
-    results = sorted(unit_runtime.process(source(), order=order), key=lambda r: r.index)
+    results = sorted(unit_runtime.process(switching_as_handed(unit_runtime, frames, at), order=order),
+                     key=lambda r: r.index)
     assert [r.index for r in results] == list(range(len(frames)))
     for k, result in enumerate(results):
         if k in at:
