@@ -56,7 +56,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-FORMAT = 6  # 6: the plan's footprint (``footprint``); 5: processing by parts as one PartsPlan (``parts``)
+#: 7: edge models of band calls (``BandCall.edge``); 6: the plan's footprint (``footprint``); 5: processing by
+#: parts as one PartsPlan (``parts``)
+FORMAT = 7
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.bin"
 #: The file name ending of ONNX Runtime's optimised form of a model file of the build (``<stem>`` + this).

@@ -42,7 +42,7 @@ import onnxruntime as ort
 
 from sbrs.cache import cache_dir, content_key
 from sbrs.compile.parts import call_models, compile_parts
-from sbrs.compile.parts_plan import ROWS, TO_ROWS, LineBuffer, PartsPlan
+from sbrs.compile.parts_plan import ROWS, TO_ROWS, LineBuffer, PartsPlan, edge_operands
 from sbrs.errors import InputError
 from sbrs.log import Progress as ProgressLines
 from sbrs.model.cnn import CnnModel, Layer
@@ -148,7 +148,7 @@ class _Timed:
             else:
                 inputs = tuple(_bound_shape(buffers[t], lo, hi) for t, lo, hi, _ in call.inputs)
                 outputs = tuple(_bound_shape(buffers[t], lo, hi) for t, lo, hi, _ in call.outputs)
-                key = (call.key, inputs, outputs)
+                key = (call.key, inputs, outputs, call.pads, call.slices)  # an edge model's pads are inputs
                 if key not in runs:
                     if call.key not in sessions:
                         # one intra-op thread, as the runtime runs every call of a plan by parts (sbrs.ort_env)
@@ -165,6 +165,10 @@ class _Timed:
                             self._keep.append(array)
                             if t == parts.input and not parts.streamed and shape[0] == buffer.full_rows:
                                 self._frame_inputs.append(array)
+                    for name, values in (edge_operands(call) if call.edge else ()):
+                        operand = np.array(values, np.int64)
+                        binding.bind_input(name, "cpu", 0, operand.dtype, list(operand.shape), operand.ctypes.data)
+                        self._keep.append(operand)
                     self._keep.append(binding)
                     runs[key] = _runner(sessions[call.key], binding)
                 run = runs[key]

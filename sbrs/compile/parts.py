@@ -23,7 +23,10 @@ Calls
     its ``pads`` (Algorithm 4, lines 27-28): one ONNX model per distinct padding (first bands, middle bands,
     last bands; a 5-row kernel has two first variants) with a *symbolic* height, so the last, shorter band
     runs on the same session. DESIGN.md measured bit-identical rows for such bands; the tests here check every
-    zoo CNN against the unreduced model.
+    zoo CNN against the unreduced model. Where a group of calls comes in three or more such variants (a tiled
+    block: first, middle and last bands, with their slices), the most frequent keeps its model and the others
+    run on one *edge model* whose pads (an ONNX ``Pad`` before each convolution) and slice rows are inputs
+    bound per call (``BandCall.edge``, :func:`_edge_variants`): fewer sessions, each one costing process memory.
 
 Storage layout (the choice the NCHW format forces)
     A band of rows of an NCHW tensor is not contiguous across channels, and IOBinding needs one contiguous
@@ -88,6 +91,7 @@ from sbrs.compile.parts_plan import (
     LineBuffer,
     PartsPlan,
     ScenarioParts,
+    edge_operands,
 )
 from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.log import Progress
@@ -319,17 +323,64 @@ def compile_scenario(model: CnnModel, bands: Mapping[str, int], *, name: str | N
     result = ScenarioParts(scenario, {n: b for n, b in bands.items() if b < layer_height(model.layer(n))},
                            tuple(calls), tuple(buffers), input_tensor, tuple(model.graph_outputs),
                            schedule.buffer_bytes)
+    edges = _edge_variants(model, calls)
     digests: dict[tuple[Any, ...], str] = {}  # a call's model depends on its layers, pads and whether banded
     keyed = []
     for call in calls:
         if call.feed:
             keyed.append(replace(call, key=FEED))
             continue
-        memo = (call.layers, call.pads, call.banded, call.slices)
+        memo: tuple[Any, ...] = _variant(call)
+        if memo in edges:
+            call = replace(call, edge=True, edge_pads=edges[memo])
+            memo = (*_group(call), "edge")
         if memo not in digests:
             digests[memo] = _digest(call_model(model, result, call))
         keyed.append(replace(call, key=digests[memo]))
     return replace(result, calls=tuple(keyed))
+
+
+#: A group of calls (the same layers) with at least this many variants runs its rarer ones on one edge model.
+EDGE_MIN_VARIANTS = 3
+#: ONNX opset from which ``Pad`` takes its pads and ``Slice`` its starts and ends as inputs.
+EDGE_MIN_OPSET = 11
+
+
+def _variant(call: BandCall) -> tuple[Any, ...]:
+    return (call.layers, call.pads, call.banded, call.slices)
+
+
+def _group(call: BandCall) -> tuple[Any, ...]:
+    """What a call's model is made of apart from its band's pads and slice rows."""
+    return (call.layers, call.banded, tuple(n for n, _, _ in call.pads), tuple((m, t) for m, t, _, _ in call.slices))
+
+
+def _edge_variants(model: CnnModel, calls: Sequence[BandCall]) -> dict[tuple[Any, ...], tuple[str, ...]]:
+    """The variants (``_variant``) that run on their group's edge model (module docstring, "Calls"), each with
+    the layers whose band pads differ within its group (``BandCall.edge_pads``: only those get a ``Pad``).
+
+    A group whose calls come in ``EDGE_MIN_VARIANTS`` or more variants keeps its most frequent one (the middle
+    bands) as a model of its own and runs the others (first and last bands, once a frame each) on one shared
+    model whose pads and slice rows are inputs: one ONNX Runtime session instead of several, each ~90 kB of
+    process memory (docs/MEASUREMENTS.md), for a few microseconds more per edge call (its ``Pad`` copies the band).
+    Only convolutions are padded so (a zero ``Pad`` is not MaxPool's padding, nor AveragePool's without
+    ``count_include_pad``), and only from opset ``EDGE_MIN_OPSET``.
+    """
+    if model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0)) < EDGE_MIN_OPSET:
+        return {}
+    counts: dict[tuple[Any, ...], dict[tuple[Any, ...], int]] = {}
+    for call in calls:
+        if not call.feed and call.banded:
+            variants = counts.setdefault(_group(call), {})
+            variants[_variant(call)] = variants.get(_variant(call), 0) + 1
+    edges: dict[tuple[Any, ...], tuple[str, ...]] = {}
+    for group, variants in counts.items():
+        varying = tuple(name for index, name in enumerate(group[2]) if len({v[1][index] for v in variants}) > 1)
+        if len(variants) < EDGE_MIN_VARIANTS or any(model.layer(n).op != "Conv" for n in varying):
+            continue
+        kept = max(variants, key=lambda v: variants[v])  # the first most frequent: dicts keep insertion order
+        edges.update(dict.fromkeys((v for v in variants if v != kept), varying))
+    return edges
 
 
 def _tile_call(model: CnnModel, tile: TilePhases, phase: int) -> tuple[Any, ...]:
@@ -385,19 +436,30 @@ def call_model(model: CnnModel, parts: ScenarioParts, call: BandCall) -> onnx.Mo
     A band call's rows-layout inputs and outputs have a symbolic height (``h0``, ``h1`` ... and ``ho``).
     """
     layouts = {b.tensor: b.layout for b in parts.buffers}
-    pads = {name: (top, bottom) for name, top, bottom in call.pads}
+    pads = {name: (0, 0) if name in call.edge_pads else (top, bottom) for name, top, bottom in call.pads}
     layers = [_banded_layer(model.layer(n), *pads[n]) if n in pads else model.layer(n) for n in call.layers]
-    slice_nodes: list[onnx.NodeProto] = []
+    operand_names = [name for name, _ in edge_operands(call)] if call.edge else []
+    slice_nodes: list[tuple[str, onnx.NodeProto]] = []  # (member, node): each just before its member
     slice_consts: list[onnx.TensorProto] = []
     for index, (member, tensor, start, stop) in enumerate(call.slices):
         sliced = f"{tensor}::{member}::rows"
         names = [f"slice{index}.{part}" for part in ("starts", "ends", "axes")]
         for const, value in zip(names, (start, stop, 2), strict=True):
-            slice_consts.append(numpy_helper.from_array(np.array([value], dtype=np.int64), const))
-        slice_nodes.append(helper.make_node("Slice", [tensor, *names], [sliced], name=f"{member}::slice{index}"))
+            if const not in operand_names:  # an edge model's starts and ends are inputs
+                slice_consts.append(numpy_helper.from_array(np.array([value], dtype=np.int64), const))
+        slice_nodes.append((member, helper.make_node("Slice", [tensor, *names], [sliced],
+                                                     name=f"{member}::slice{index}")))
         at = call.layers.index(member)
         layer = layers[at]
         layers[at] = replace(layer, operands=tuple(sliced if o == tensor else o for o in layer.operands))
+    if call.edge:  # the band's rows of zeros as a Pad before each convolution whose pads vary, its pads an input
+        for name in call.edge_pads:
+            at = call.layers.index(name)
+            layer = layers[at]
+            padded = f"{layer.operands[0]}::{name}::padded"
+            slice_nodes.append((name, helper.make_node("Pad", [layer.operands[0], f"{name}::band_pads"], [padded],
+                                                       name=f"{name}::band_pad", mode="constant")))
+            layers[at] = replace(layer, operands=(padded, *layer.operands[1:]))
     made = {t for layer in layers for t in layer.outputs}
     if any(t not in made for t, *_ in call.outputs):
         raise SbrsRuntimeError(f"call {call.layers[0]}..: the model does not produce the call's outputs (pass the "
@@ -433,11 +495,13 @@ def call_model(model: CnnModel, parts: ScenarioParts, call: BandCall) -> onnx.Mo
                               f"{parts.scenario}.{call.layers[0]}")
     graph = proto.graph
     nodes = list(graph.node)
-    for node, (member, *_) in zip(slice_nodes, call.slices, strict=True):  # each just before its reader
+    for member, node in slice_nodes:  # each just before its reader (a Pad after its member's Slice)
         at = next(i for i, n in enumerate(nodes) if n.name == member)
         nodes.insert(at, node)
     nodes = [*pre, *nodes, *post]
     graph.initializer.extend(slice_consts)
+    for name, values in (edge_operands(call) if call.edge else ()):
+        graph.input.append(helper.make_tensor_value_info(name, onnx.TensorProto.INT64, [len(values)]))
     del graph.node[:]
     graph.node.extend(nodes)
     for value in (*graph.input, *graph.output):

@@ -28,6 +28,7 @@ Streamed input
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -37,7 +38,7 @@ if TYPE_CHECKING:  # compile-time values, kept beside a plan compiled in memory,
     from sbrs.memory import ArenaPlan, Problem
 
 __all__ = ["FEED", "GRANULARITY", "MODELS_APP", "NCHW", "ROWS", "TO_NCHW", "TO_ROWS", "BandCall", "LineBuffer",
-           "PartsPlan", "ScenarioParts", "call_file", "parts_accesses"]
+           "PartsPlan", "ScenarioParts", "call_file", "edge_operands", "parts_accesses"]
 
 #: The granularity a runtime by parts reports (its steps are band calls, not execution units).
 GRANULARITY = "parts"
@@ -96,7 +97,7 @@ class LineBuffer:
     @classmethod
     def from_list(cls, item: Sequence[Any]) -> LineBuffer:
         tensor, shape, dtype, layout, capacity, row, first, last, offset = item
-        return cls(str(tensor), tuple(map(int, shape)), str(dtype), str(layout), int(capacity), int(row),
+        return cls(_name(tensor), tuple(map(int, shape)), _name(dtype), _name(layout), int(capacity), int(row),
                    int(first), int(last), int(offset))
 
 
@@ -111,7 +112,10 @@ class BandCall:
     digest of the call's ONNX model (calls with equal keys share one session). ``feed``: no session (``key`` is
     ``FEED``); rows ``[lo, hi)`` of the caller's frame are copied, in the rows layout, into the input's line
     buffer at the slot of its one output (module docstring, "Streamed input"). ``slices``: ``(layer, tensor,
-    start, stop)``, rows a member of a tiled group reads out of those the call holds of ``tensor``.
+    start, stop)``, rows a member of a tiled group reads out of those the call holds of ``tensor``. ``edge``:
+    the call runs its group's *edge model*, whose slice rows and the band pads of the layers ``edge_pads`` (those
+    whose pads differ within the group) are inputs (:func:`edge_operands`) rather than constants, so that the
+    rare variants of a group (its first and last bands) share one session (``sbrs.compile.parts``, "Calls").
     """
 
     layers: tuple[str, ...]
@@ -123,6 +127,8 @@ class BandCall:
     key: str = ""
     feed: bool = False
     slices: tuple[tuple[str, str, int, int], ...] = ()
+    edge: bool = False
+    edge_pads: tuple[str, ...] = ()
 
     @property
     def banded(self) -> bool:
@@ -132,18 +138,40 @@ class BandCall:
     def to_list(self) -> list[Any]:
         return [self.key, list(self.layers), self.phase, [list(i) for i in self.inputs],
                 [list(o) for o in self.outputs], [list(p) for p in self.pads], [list(m) for m in self.moves],
-                self.feed, [list(s) for s in self.slices]]
+                self.feed, [list(s) for s in self.slices], self.edge, list(self.edge_pads)]
 
     @classmethod
     def from_list(cls, item: Sequence[Any]) -> BandCall:
-        key, layers, phase, inputs, outputs, pads, moves, feed, slices = item
-        return cls(tuple(map(str, layers)), int(phase), _rows(inputs), _rows(outputs),
-                   tuple((str(n), int(t), int(b)) for n, t, b in pads), _rows(moves), str(key), bool(feed),
-                   tuple((str(n), str(t), int(a), int(b)) for n, t, a, b in slices))
+        key, layers, phase, inputs, outputs, pads, moves, feed, slices, edge, edge_pads = item
+        return cls(tuple(map(_name, layers)), int(phase), _rows(inputs), _rows(outputs),
+                   tuple((_name(n), int(t), int(b)) for n, t, b in pads), _rows(moves), _name(key), bool(feed),
+                   tuple((_name(n), _name(t), int(a), int(b)) for n, t, a, b in slices), bool(edge),
+                   tuple(map(_name, edge_pads)))
+
+
+def edge_operands(call: BandCall) -> list[tuple[str, tuple[int, ...]]]:
+    """The inputs of an edge model (``BandCall.edge``) and their int64 values for ``call``: per layer of
+    ``edge_pads``, the ONNX ``Pad`` pads of its band (``[0, 0, top, 0, 0, 0, bottom, 0]``, NCHW begins then ends;
+    its left and right pads stay the layer's own), per slice its start and stop row. The compiler names the edge
+    model's inputs with them and the runtime binds their values, so both sides read this one function."""
+    operands: list[tuple[str, tuple[int, ...]]] = []
+    for layer, top, bottom in call.pads:
+        if layer in call.edge_pads:
+            operands.append((f"{layer}::band_pads", (0, 0, top, 0, 0, 0, bottom, 0)))
+    for index, (_, _, start, stop) in enumerate(call.slices):
+        operands.append((f"slice{index}.starts", (start,)))
+        operands.append((f"slice{index}.ends", (stop,)))
+    return operands
+
+
+def _name(value: Any) -> str:
+    """A layer, tensor or key name read from a build, interned: a plan by parts names the same few tensors in
+    hundreds of calls, and JSON gives each occurrence a string of its own (MobileNetV2 at 14.9 MB: 567 calls)."""
+    return sys.intern(str(value))
 
 
 def _rows(items: Sequence[Sequence[Any]]) -> tuple[Rows, ...]:
-    return tuple((str(t), int(a), int(b), int(c)) for t, a, b, c in items)
+    return tuple((_name(t), int(a), int(b), int(c)) for t, a, b, c in items)
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,8 @@ class Bound:
     """A plan bound to one arena: per scenario, its steps in order (``calls``), the frame's copy-in and the
     outputs' copy-outs; what each step runs (``steps``: unit ids or call keys); and the bytes really bound:
     ``accesses[(scenario, step)]`` (reads, writes; step 1-based), ``copy_out_reads[scenario]``, ``ranges``
-    (every range bound, in binding order). ``sessions``: sessions made while binding (GPU copies)."""
+    (every range bound, in binding order). ``sessions``: sessions made while binding (GPU copies);
+    ``operands``: the small int64 arrays edge calls are bound to (``sbrs.compile.parts_plan.edge_operands``)."""
 
     calls: dict[str, tuple[Step, ...]] = field(default_factory=dict)
     copy_in: dict[str, Callable[[np.ndarray], None]] = field(default_factory=dict)
@@ -52,6 +53,7 @@ class Bound:
     copy_out_reads: dict[str, list[Range]] = field(default_factory=dict)
     ranges: list[Range] = field(default_factory=list)
     sessions: dict[str, ort.InferenceSession] = field(default_factory=dict)
+    operands: dict[tuple[int, ...], np.ndarray] = field(default_factory=dict)
 
     def step_accesses(self) -> dict[str, tuple[StepAccess, ...]]:
         """Each scenario's steps as the bytes really bound (``StepAccess``, offsets from the arena's base)."""
@@ -137,13 +139,18 @@ def bind_units(plan: UnitPlan, sessions: Mapping[str, ort.InferenceSession], are
 
 
 def bind_parts(plan: PartsPlan, sessions: Mapping[str, ort.InferenceSession], arena: ArenaMemory,
-               run_options: ort.RunOptions) -> Bound:
+               run_options: ort.RunOptions, *, record_accesses: bool = True) -> Bound:
     """Every call and feed of every scenario of ``plan`` bound once to its line buffers' rows (CPU arena),
     and the frame I/O: the one runtime by parts (``sbrs.compile.parts``, "Line buffers"; a streamed frame's
-    feeds, ``sbrs.compile.parts_plan``, "Streamed input")."""
-    from sbrs.compile.parts_plan import ROWS, TO_NCHW, TO_ROWS  # only a runtime by parts loads the module
+    feeds, ``sbrs.compile.parts_plan``, "Streamed input").
+
+    ``record_accesses=False`` leaves ``accesses`` and ``ranges`` empty: a second band stream's arena
+    (``sbrs.runtime.streams``) is checked by nobody, and its records were 0.3 MB for MobileNetV2 at 14.9 MB."""
+    from sbrs.compile.parts_plan import ROWS, TO_NCHW, TO_ROWS, edge_operands  # only a runtime by parts loads it
 
     bound = Bound()
+    names: dict[tuple[str, str], str] = {}  # one span name per tensor, not one per range bound
+    operands = bound.operands  # an edge call's int64 inputs, one array per distinct value, alive with the bindings
 
     def view(buffer: LineBuffer, slot: int = 0, rows: int | None = None) -> np.ndarray:
         """Rows ``[slot, slot + rows)`` of ``buffer`` (rows layout), or the whole buffer (NCHW), in the arena."""
@@ -154,9 +161,13 @@ def bind_parts(plan: PartsPlan, sessions: Mapping[str, ort.InferenceSession], ar
         return arena.view(buffer.offset + slot * buffer.row_bytes, (rows, n, c, w), buffer.dtype)
 
     def record(scenario: str, tensor: str, array: np.ndarray) -> Range:
+        name = names.get((scenario, tensor))
+        if name is None:
+            name = names[(scenario, tensor)] = f"{scenario}/{tensor}"
         start = int(array.ctypes.data) - arena.base
-        span = (f"{scenario}/{tensor}", start, start + array.nbytes)
-        bound.ranges.append(span)
+        span = (name, start, start + array.nbytes)
+        if record_accesses:
+            bound.ranges.append(span)
         return span
 
     for scenario, parts in plan.scenarios.items():
@@ -164,7 +175,7 @@ def bind_parts(plan: PartsPlan, sessions: Mapping[str, ort.InferenceSession], ar
         steps: list[Step] = []
         frame: list[np.ndarray] = [np.empty(0)]  # a streamed scenario's frame: the caller's array, for its feeds
         for step, call in enumerate(parts.calls, 1):
-            reads, writes = bound._touch(scenario, step)
+            reads, writes = bound._touch(scenario, step) if record_accesses else ([], [])
             moves = []
             for t, src, dst, rows in call.moves:
                 source, target = view(buffers[t], src, rows), view(buffers[t], dst, rows)
@@ -191,6 +202,11 @@ def bind_parts(plan: PartsPlan, sessions: Mapping[str, ort.InferenceSession], ar
                     name = f"{t}::rows" if buffer.layout == ROWS else t
                     bind(name, "cpu", 0, rows_view.dtype, list(rows_view.shape), rows_view.ctypes.data)
                     spans.append(record(scenario, t, rows_view))
+            for name, values in (edge_operands(call) if call.edge else ()):  # the band's pads and slice rows
+                operand = operands.get(values)
+                if operand is None:
+                    operand = operands[values] = np.array(values, np.int64)
+                binding.bind_input(name, "cpu", 0, operand.dtype, list(operand.shape), operand.ctypes.data)
             steps.append(_call_step(iobinding_runner(session, binding, run_options), tuple(moves)))
         bound.calls[scenario] = tuple(steps)
         bound.steps[scenario] = tuple(call.key for call in parts.calls)
@@ -199,7 +215,9 @@ def bind_parts(plan: PartsPlan, sessions: Mapping[str, ort.InferenceSession], ar
             bound.copy_in[scenario] = functools.partial(frame.__setitem__, 0)
         else:
             frame_view = view(source)
-            bound._touch(scenario, 1)[1].append(record(scenario, parts.input, frame_view))
+            span = record(scenario, parts.input, frame_view)
+            if record_accesses:
+                bound._touch(scenario, 1)[1].append(span)
             if source.layout == ROWS:
                 bound.copy_in[scenario] = lambda array, v=frame_view: np.copyto(v, array.transpose(TO_ROWS))
             else:
@@ -208,8 +226,9 @@ def bind_parts(plan: PartsPlan, sessions: Mapping[str, ort.InferenceSession], ar
         for t in parts.outputs:
             output_view = view(buffers[t])
             span = record(scenario, t, output_view)
-            bound._touch(scenario, len(parts.calls))[0].append(span)
-            bound.copy_out_reads.setdefault(scenario, []).append(span)
+            if record_accesses:
+                bound._touch(scenario, len(parts.calls))[0].append(span)
+                bound.copy_out_reads.setdefault(scenario, []).append(span)
             if buffers[t].layout == ROWS:
                 outputs[t] = lambda v=output_view: np.ascontiguousarray(v.transpose(TO_NCHW))
             else:

@@ -285,7 +285,8 @@ class Runtime:
         if streams > 1:
             def bind(arena: ArenaMemory) -> Bound:
                 if by_parts:
-                    return bind_parts(plan, self._sessions, arena, self._run_options)  # type: ignore[arg-type]
+                    return bind_parts(plan, self._sessions, arena, self._run_options,  # type: ignore[arg-type]
+                                      record_accesses=False)
                 return bind_units(plan, self._sessions, arena, self.device, self.providers,  # type: ignore[arg-type]
                                   config.input.name, self._run_options)
 

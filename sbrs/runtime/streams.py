@@ -12,8 +12,8 @@ once" has, which beats a two-thread session on models whose layers parallelise p
 
 Switching needs no transition room: the frame a request is taken for starts on the stream that is free while
 the other stream's frame finishes on the old scenario; their buffers never meet. Results come back one per
-frame, in completion or stream order, as from the one-stream loop. ``infer`` runs on stream 0 and waits for
-its frame in flight.
+frame, in stream order (``completion``: a switch's new frame may pass the old one), as from the one-stream
+loop. ``infer`` runs on stream 0 and waits for its frame in flight.
 """
 
 from __future__ import annotations
@@ -129,8 +129,12 @@ def process_in_streams(runtime: Runtime, streams: Streams, frames: Iterable[Fram
                 return
             item = in_flight[0]
             if order == "completion" and not item[0].done():
+                # only a switch's new frame passes the frame before it (``Runtime.process``): frames of one
+                # scenario come back in stream order even where the second stream finished first
                 done, _ = wait([f for f, *_ in in_flight], return_when=FIRST_COMPLETED)
-                item = min((i for i in in_flight if i[0] in done), key=lambda i: i[1])
+                passing = [i for i in in_flight if i[0] in done and i[3] != item[3]]
+                if passing:
+                    item = min(passing, key=lambda i: i[1])
             in_flight.remove(item)
             future, frame_index, stream, scenario, request, previous = item
             outputs, begin, end = future.result()

@@ -10,13 +10,16 @@ a reduction, every scenario, with switches. Every arena plan is checked with ``c
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from sbrs import zoo
 from sbrs.compile.fit import app_parts
 from sbrs.compile.parts import call_model, compile_parts, executable_bands
-from sbrs.compile.parts_plan import PartsPlan
+from sbrs.compile.parts_plan import PartsPlan, edge_operands
 from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.memory import check_plan
 from sbrs.model import CnnModel
@@ -90,6 +93,55 @@ def test_band_calls_fuse_conv_batchnorm_activation_and_use_pad_variants() -> Non
     rows = {b.tensor: b for b in parts.buffers}
     assert rows["features.0.2"].layout == "rows" and rows["features.0.2"].capacity < 112
     assert any(call.moves for call in parts.calls)  # sliding line buffers move their kept rows
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v2", "resnet18"])
+def test_rare_band_variants_share_one_edge_model(name: str) -> None:
+    """A tiled block's calls come as first, middle and last bands: the middle keeps its model, the others share
+    one edge model whose pads and slice rows are inputs (fewer sessions), and every output still equals ORT's."""
+    model = fold_model(zoo_model(name))
+    tiles = {name: [(g, 1) for g in tile_groups(model)]}
+    bands = {name: {model.layers[0].name: 2}}
+    frame = frame_of(model)
+    with Runtime.from_models({name: model}, bands, tiles=tiles) as runtime:
+        parts = source(runtime).scenarios[name]
+        edge = [call for call in parts.calls if call.edge]
+        assert edge and all(model.layer(n).op == "Conv" for call in edge for n in call.edge_pads)
+        assert all(model.layer(n).attributes["kernel_shape"][0] > 1 for call in edge for n in call.edge_pads)
+        variants = {(call.layers, call.pads, call.slices) for call in parts.calls if not call.feed}
+        assert parts.sessions < len(variants) and runtime.session_count == parts.sessions
+        for layers in {call.layers for call in edge}:
+            group = [call for call in parts.calls if call.layers == layers]
+            assert len({call.key for call in group if call.edge}) == 1  # one edge model per group
+            assert len({call.key for call in group}) == 2  # beside the middle bands' own model
+            fixed = {(call.pads, call.slices) for call in group if not call.edge}
+            assert len(fixed) == 1 and not fixed & {(call.pads, call.slices) for call in group if call.edge}
+        proto = call_model(model, parts, edge[0])
+        pads = [node for node in proto.graph.node if node.op_type == "Pad"]
+        assert len(pads) == len(edge[0].edge_pads) > 0  # a 1x1 convolution's band needs no rows of zeros
+        assert {i.name for i in proto.graph.input} >= {operand for operand, _ in edge_operands(edge[0])}
+        assert_equivalent(runtime.infer(frame), reference(model, frame), f"{name} with edge models")
+        stored = PartsPlan.from_dict(json.loads(json.dumps(source(runtime).to_dict())))  # as a build keeps it
+        assert stored.scenarios[name].calls == parts.calls
+
+
+def test_edge_models_need_pad_with_input_pads() -> None:
+    """Below opset 11 ``Pad`` takes its pads as an attribute: every variant keeps a model of its own."""
+    model = fold_model(zoo_model("mobilenet_v2"))
+    old = replace(model, opset_imports={**model.opset_imports, "": 10})
+    tiles = {"m": [(g, 1) for g in tile_groups(model)]}
+    bands = {"m": {model.layers[0].name: 2}}
+    assert any(call.edge for call in compile_parts({"m": model}, bands, tiles=tiles).scenarios["m"].calls)
+    assert not any(call.edge for call in compile_parts({"m": old}, bands, tiles=tiles).scenarios["m"].calls)
+
+
+def test_max_pool_band_variants_are_never_edge_calls() -> None:
+    """A zero ``Pad`` is not MaxPool's padding: ResNet-18's stem pool keeps a model per variant."""
+    model = fold_model(zoo_model("resnet18"))
+    parts = compile_parts({"m": model}, {"m": maximal_bands(model)}).scenarios["m"]
+    pools = {call.layers for call in parts.calls if any(model.layer(n).op == "MaxPool" for n, _, _ in call.pads)}
+    assert pools
+    assert not any(call.edge for call in parts.calls if call.layers in pools)
 
 
 def source(runtime: Runtime) -> PartsPlan:
