@@ -3,15 +3,18 @@
 The source scenario's ONNX file (its own, or the cached export of its ``zoo:``/``layers:``) is converted by
 ONNX Runtime's tools (``sbrs.model.precision``) into the cache (``sbrs.cache.cached_file``, kind ``derived``),
 under a key of everything the result depends on: the source file's content, the mode, the calibration
-frames' content (or the synthetic frames' recipe), the app's input, and the onnxruntime version whose
-quantizer made it. A second load with the same inputs reuses the file; a changed source or frame quantizes
-again. The derived scenario then is a scenario like any other: its file is imported, merged and built.
+frames' content (and Pillow's version for images; or the synthetic frames' recipe), the app's input, and the
+onnxruntime version whose quantizer made it. A second load with the same inputs reuses the file; a changed
+source or frame quantizes again. The derived scenario then is a scenario like any other: its file is
+imported, merged and built.
 
-Calibration (``int8-static``): the ``.npy`` files of ``quantize.calibration`` (a folder relative to the file
-that declares the scenario), in name order, each one frame of the app's input shape and dtype; their headers
-are checked at every load (an error names the field and the file), their arrays are read only to quantize.
-Without ``calibration`` the model is calibrated on seeded synthetic frames and a warning says so: the
-quantization ranges then fit noise, not images, and the scenario's accuracy is not representative.
+Calibration (``int8-static``): the frames of ``quantize.calibration`` (a folder relative to the file that
+declares the scenario), read as ``sbrs run --input`` reads a folder (``sbrs.app.frames``): its ``.npy`` files,
+or its images resized and normalised for the app's input, every one of them, in name order. Every file is
+checked at every load (a ``.npy`` header, an image's header and integrity; an error is one line naming the
+field and the file), the frames are read only to quantize. Without ``calibration`` the model is calibrated
+on seeded synthetic frames and a warning says so: the quantization ranges then fit noise, not images, and the
+scenario's accuracy is not representative.
 
 Derived scenarios cannot be derived from again (no chains): the source must have a model of its own. The
 derived scenario keeps the source's other settings (``dataclasses.replace``), its post-processing when it names
@@ -20,9 +23,9 @@ none, and anything a later field of a scenario adds (an input size, say) follows
 
 from __future__ import annotations
 
-import io
 import logging
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,7 +34,9 @@ import numpy as np
 
 from sbrs import digest
 from sbrs.app.config import DeclaredCharacteristics, InputSpec, RequirementSet, ScenarioConfig
+from sbrs.app.frames import FRAME_GLOBS, folder_frames, frame_files
 from sbrs.cache import cached_file, content_key
+from sbrs.errors import InputError
 
 if TYPE_CHECKING:
     from sbrs.app.schema import AppEntry, ScenarioEntry
@@ -44,45 +49,44 @@ DERIVE_VERSION = 1
 #: Synthetic calibration frames when ``quantize.calibration`` is not given (seeded: the same model every time).
 SYNTHETIC_FRAMES = 8
 SYNTHETIC_SEED = 0
-#: The calibration files of a folder (``sbrs.artifact.write`` records the folder's listing by this pattern).
-CALIBRATION_GLOB = "*.npy"
-
-
-#: The .npy header readers of numpy's public API, by format version (3.0 only differs for unicode field names).
-_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+#: The calibration files of a folder as patterns (``sbrs.artifact.write`` records the folder's listing by each):
+#: its ``.npy`` files and its images (``sbrs.app.frames.FRAME_GLOBS``).
+CALIBRATION_GLOBS = FRAME_GLOBS
 
 
 def calibration_files(folder: Path) -> list[Path]:
-    """The calibration frames of ``folder``, in name order."""
-    return sorted(path for path in folder.glob(CALIBRATION_GLOB) if path.is_file())
+    """The calibration frames of ``folder``, in name order: its ``.npy`` files, else its images."""
+    return frame_files(folder)
 
 
 def _check_frames(folder: Path, written: str, spec: InputSpec, doc: LocatedYaml,
-                  field: Path_) -> list[tuple[str, str]]:
-    """(name, sha256) of each frame file of ``folder``, after checking each is one frame of the app's input."""
+                  field: Path_) -> tuple[object, Iterator[np.ndarray]]:
+    """The cache key's record of the frames of ``folder`` (each file's name and sha256; for images, Pillow's
+    version too: its resizing makes the frames) and the frames, every file checked as ``sbrs run --input``
+    checks it (``sbrs.app.frames``)."""
     if not folder.is_dir():
         raise doc.error(field, f"no such folder of calibration frames: {written}")
+    try:
+        frames = folder_frames(Path(doc.file).parent / written, spec, field="quantize.calibration")
+    except InputError as exc:
+        raise doc.error(field, _as_written(exc.detail, doc)) from None
     files = calibration_files(folder)
-    if not files:
-        raise doc.error(field, f"no .npy files in {written} (one frame of shape {list(spec.shape)} {spec.dtype} "
-                               "per file)")
-    expected = np.dtype(spec.dtype)
     records = []
     for path in files:
-        data = path.read_bytes()
-        try:
-            stream = io.BytesIO(data)
-            version = np.lib.format.read_magic(stream)
-            if version not in _HEADER_READERS:
-                raise ValueError(f"format version {version[0]}.{version[1]}")
-            shape, _, dtype = _HEADER_READERS[version](stream)  # the header only: the arrays wait for produce()
-        except (ValueError, OSError, SyntaxError) as exc:
-            raise doc.error(field, f"{written}/{path.name} is not a readable .npy file ({exc})") from None
-        if tuple(shape) != spec.shape or np.dtype(dtype) != expected:
-            raise doc.error(field, f"{written}/{path.name} holds {list(shape)} {np.dtype(dtype)}; a calibration "
-                                   f"frame is one app input, {list(spec.shape)} {spec.dtype}")
-        records.append((path.name, digest.sha256(data).hexdigest()))
-    return records
+        with open(path, "rb") as stream:
+            records.append((path.name, digest.file_sha256(stream)))
+    if files[0].suffix == ".npy":
+        return records, frames
+    import PIL  # folder_frames has read the images with it
+
+    return ("images", PIL.__version__, records), frames
+
+
+def _as_written(detail: str, doc: LocatedYaml) -> str:
+    """A reader's error about ``<the YAML file's folder>/<calibration>/<file>`` with the path as the YAML writes
+    it, relative to its file's folder (the error names that file already)."""
+    base = str(Path(doc.file).parent)
+    return detail if base == "." else detail.removeprefix(base + os.sep)
 
 
 def synthetic_frames(spec: InputSpec, count: int = SYNTHETIC_FRAMES, seed: int = SYNTHETIC_SEED) -> list[np.ndarray]:
@@ -126,10 +130,11 @@ def derive_scenario(entry: ScenarioEntry, entries: Sequence[tuple[ScenarioEntry,
     spec = InputSpec(app.input.name, tuple(app.input.shape), app.input.dtype)
     field: Path_ = (*path, "quantize", "calibration")
     folder = None if written is None else (Path(doc.file).parent / written).resolve()
+    calibration_frames: Iterator[np.ndarray] | None = None
     if mode != "int8-static":
         frames_key: object = None
     elif folder is not None:
-        frames_key = _check_frames(folder, written or "", spec, doc, field)
+        frames_key, calibration_frames = _check_frames(folder, written or "", spec, doc, field)
     else:
         frames_key = ("synthetic", SYNTHETIC_FRAMES, SYNTHETIC_SEED)
         where = f"{doc.file}:{doc.line_of((*path, 'quantize'))}"
@@ -141,16 +146,23 @@ def derive_scenario(entry: ScenarioEntry, entries: Sequence[tuple[ScenarioEntry,
         source_sha = digest.file_sha256(stream)
 
     def produce() -> bytes:
-        from sbrs.errors import InputError
-
         logger.info("scenario '%s': deriving %s from scenario '%s'", entry.name, mode, source.name)
+        unreadable: list[InputError] = []  # a frame the quantizer asked for and could not have
+
+        def frames() -> Iterator[np.ndarray]:
+            try:
+                yield from synthetic_frames(spec) if calibration_frames is None else calibration_frames
+            except InputError as exc:
+                unreadable.append(exc)
+                raise
+
         try:
             if mode == "fp16":
                 return convert_fp16(source_path)
-            frames = (synthetic_frames(spec) if folder is None else
-                      (np.load(file, allow_pickle=False) for file in calibration_files(folder)))
-            return quantize_int8_static(source_path, frames)
+            return quantize_int8_static(source_path, frames())
         except InputError as exc:
+            if unreadable:  # the quantizer's own error would only say that it failed
+                raise doc.error(field, _as_written(unreadable[0].detail, doc)) from None
             raise doc.error((*path, "quantize"), exc.detail) from None
 
     key = content_key("derive", DERIVE_VERSION, mode, source_sha, frames_key, spec.name, spec.shape, spec.dtype,

@@ -68,7 +68,7 @@ DERIVE_PAIR = ("'from' and 'quantize' go together: 'from: SCENARIO' names the sc
 
 class QuantizeEntry(Strict):
     """``quantize:`` of a derived scenario: the precision (``sbrs.model.precision.MODES``) and, for int8, the
-    folder of calibration frames (``.npy`` files, relative to the file that declares the scenario)."""
+    folder of calibration frames (``.npy`` files or images, relative to the file that declares the scenario)."""
 
     mode: Literal["int8-static", "fp16"]
     calibration: Annotated[StrictStr, Field(min_length=1)] | None = None

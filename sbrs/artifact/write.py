@@ -111,12 +111,13 @@ def input_files(app: App) -> list[Path]:
 
 
 def input_folders(app: App) -> list[tuple[Path, str]]:
-    """The folders the build depends on as a listing (folder, pattern): each derived scenario's calibration
-    frames, so that a frame added or removed makes the build stale, as a frame changed does."""
-    from sbrs.app.derive import CALIBRATION_GLOB
+    """The folders the build depends on as listings (folder, pattern): each derived scenario's calibration
+    frames, by every pattern a frame file may match (``.npy`` files, images), so that a frame added or removed
+    makes the build stale, as a frame changed does."""
+    from sbrs.app.derive import CALIBRATION_GLOBS
 
     folders = [Path(s.calibration) for s in app.config.scenarios if s.calibration is not None]
-    return [(folder, CALIBRATION_GLOB) for folder in dict.fromkeys(folders)]
+    return [(folder, glob) for folder in dict.fromkeys(folders) for glob in CALIBRATION_GLOBS]
 
 
 def scenario_memory_mb(app: App, plan: UnitPlan) -> dict[str, float]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import sbrs.model.precision as precision
 from sbrs.app import load_app, load_app_config
 from sbrs.app.derive import SYNTHETIC_FRAMES
 from sbrs.cli import main
+from tests.calibration_images import write_image_app, write_images
 from tests.conftest import assert_one_line_error, calibration_frame, write_derived_app
 
 
@@ -105,6 +107,69 @@ def test_calibration_frames_come_from_the_folder(tmp_path: Path, monkeypatch: py
         np.testing.assert_array_equal(frame, calibration_frame(300 + index))
 
 
+def test_calibration_frames_may_be_images_read_as_sbrs_run_reads_them(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder of images (no .npy file): every image, in name order, resized and normalised as ``sbrs run
+    --input`` feeds it (``sbrs.run.frames.open_frames``); the cache key holds each image."""
+    from sbrs.app.config import InputSpec
+    from sbrs.run.frames import open_frames
+
+    seen: list[list[np.ndarray]] = []
+    original = precision.quantize_int8_static
+
+    def spy(source: Path, frames):
+        seen.append(list(frames))
+        return original(source, seen[-1])
+
+    monkeypatch.setattr(precision, "quantize_int8_static", spy)
+    path = write_image_app(tmp_path, images=3, seed=500)
+    (tmp_path / "frames" / "notes.txt").write_text("not a frame")
+    config = load_app_config(path)
+    assert config.scenario("fast-int8").calibration == str((tmp_path / "frames").resolve())
+    want = list(open_frames(str(tmp_path / "frames"), InputSpec("input", (1, 3, 64, 64), "float32")))
+    assert len(seen) == 1 and len(seen[0]) == len(want) == 3
+    for got, frame in zip(seen[0], want, strict=True):
+        assert got.shape == (1, 3, 64, 64) and got.dtype == np.float32
+        np.testing.assert_array_equal(got, frame)
+    assert load_app_config(path).scenario("fast-int8").model_path == config.scenario("fast-int8").model_path
+    assert len(seen) == 1  # a second load reuses the model
+    write_images(tmp_path / "frames", 1, seed=501)  # 000.png changed
+    assert load_app_config(path).scenario("fast-int8").model_path != config.scenario("fast-int8").model_path
+    assert len(seen) == 2
+
+
+def test_an_image_folder_without_pillow_is_sbrs_runs_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from sbrs.app.config import InputSpec
+    from sbrs.errors import InputError
+    from sbrs.run.frames import open_frames
+
+    path = write_image_app(tmp_path, images=1)
+    monkeypatch.setitem(sys.modules, "PIL", None)  # import PIL raises ImportError
+    with pytest.raises(InputError) as run_error:
+        open_frames(str(tmp_path / "frames"), InputSpec("input", (1, 3, 64, 64), "float32"))
+    assert "Pillow" in run_error.value.detail
+    assert main(["check", str(path)]) == 2
+    assert_one_line_error(capsys.readouterr().err, f"scenarios[1].quantize.calibration: {run_error.value.detail}", 9)
+
+
+def test_an_image_unreadable_when_the_quantizer_asks_for_it_names_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Checked at load, cut short before it is read: the quantizer's failure names the image, not the quantizer."""
+    original = precision.quantize_int8_static
+
+    def cut_then_quantize(source: Path, frames):
+        (tmp_path / "frames" / "001.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+        return original(source, frames)
+
+    monkeypatch.setattr(precision, "quantize_int8_static", cut_then_quantize)
+    path = write_image_app(tmp_path, images=2, seed=600)
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err.splitlines()[-1]  # after the progress line saying what is being derived
+    assert err.startswith("sbrs: error: ") and "app.yaml:9: scenarios[1].quantize.calibration: frames/001.png: " \
+        "not a readable image" in err, err
+
+
 def test_without_calibration_synthetic_frames_and_one_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[int] = []
@@ -163,6 +228,19 @@ def _bad_frame(folder: Path) -> None:
     np.save(folder / "frames" / "001.npy", np.zeros((1, 3, 32, 32), np.float32))
 
 
+def _no_frames(folder: Path) -> None:
+    for frame in (folder / "frames").iterdir():
+        frame.unlink()
+    (folder / "frames" / "README.txt").write_text("neither a .npy file nor an image")
+
+
+def _corrupt_image(folder: Path) -> None:
+    """An image folder (no .npy file left) whose second image is cut short."""
+    _no_frames(folder)
+    good, cut = write_images(folder / "frames", 2)
+    cut.write_bytes(good.read_bytes()[:100])
+
+
 # (description, edit of the app folder, expected message fragment, expected line or None)
 BAD_CASES = [
     ("from an unknown scenario", lambda d: _edit(d / "app.yaml", "from: accurate\n    quantize: {mode: fp16}",
@@ -190,16 +268,18 @@ BAD_CASES = [
      "scenarios[2].quantize: 'calibration' applies to mode int8-static only", 13),
     ("missing calibration folder", lambda d: _edit(d / "app.yaml", "calibration: frames", "calibration: framez"),
      "scenarios[1].quantize.calibration: no such folder of calibration frames: framez", 9),
-    ("no frames in the folder", lambda d: [p.unlink() for p in (d / "frames").iterdir()],
-     "scenarios[1].quantize.calibration: no .npy files in frames (one frame of shape [1, 3, 64, 64] float32 per file)",
+    ("no frames in the folder", _no_frames,
+     "scenarios[1].quantize.calibration: frames: the folder holds no .npy or image files (.png, .jpg, .jpeg, .bmp)",
      9),
     ("a frame of another shape", _bad_frame,
-     "scenarios[1].quantize.calibration: frames/001.npy holds [1, 3, 32, 32] float32; a calibration frame is one "
-     "app input, [1, 3, 64, 64] float32", 9),
-    ("a frame of another dtype", lambda d: np.save(d / "frames" / "000.npy", np.zeros((1, 3, 64, 64), np.float64)),
-     "frames/000.npy holds [1, 3, 64, 64] float64", 9),
+     "scenarios[1].quantize.calibration: frames/001.npy: shape [1, 3, 32, 32] does not fit the app's input "
+     "[1, 3, 64, 64]", 9),
+    ("a frame of another dtype", lambda d: np.save(d / "frames" / "000.npy", np.zeros((1, 3, 64, 64), np.complex64)),
+     "scenarios[1].quantize.calibration: frames/000.npy: dtype complex64 does not fit the app's input dtype float32",
+     9),
     ("not a .npy file", lambda d: (d / "frames" / "000.npy").write_text("garbage"),
-     "scenarios[1].quantize.calibration: frames/000.npy is not a readable .npy file", 9),
+     "scenarios[1].quantize.calibration: frames/000.npy: not a readable .npy array", 9),
+    ("a corrupt image", _corrupt_image, "scenarios[1].quantize.calibration: frames/001.png: not a readable image", 9),
     ("a misspelt from", lambda d: _edit(d / "app.yaml", "    from: accurate\n    quantize: {mode: fp16}",
                                         "    form: accurate\n    quantize: {mode: fp16}"),
      "scenarios[2].form: unknown key (allowed: characteristics, from,", 12),

@@ -1,6 +1,7 @@
 """A build of an app with derived scenarios (``from:`` + ``quantize:``) depends on what their models were made
-from: a calibration frame changed, added or removed, or a changed source model, makes the build stale; a frame
-rewritten with the same content, or a file in the folder that is not a frame, does not."""
+from: a calibration frame (a ``.npy`` file or an image) changed, added or removed, or a changed source model,
+makes the build stale; a frame rewritten with the same content, or a file in the folder that is not a frame,
+does not."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from sbrs.artifact.read import load_build
 from sbrs.cli import main
 from sbrs.errors import InputError
 from sbrs.runtime import runtime_for
+from tests.calibration_images import write_image_app, write_images
 from tests.conftest import calibration_frame, write_derived_app
 
 
@@ -97,3 +99,50 @@ def test_a_loaded_app_runs_from_its_moved_build(app_copy: Path) -> None:
     from sbrs.runtime.open import _same_config
 
     assert _same_config(load_build(app_copy).config, load_app(app_copy).config)
+
+
+@pytest.fixture(scope="module")
+def built_on_images(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The derived app calibrated on a folder of images (``frames/000.png`` ...), built."""
+    folder = tmp_path_factory.mktemp("derived-images-build")
+    path = write_image_app(folder, images=3, seed=2100)
+    assert main(["build", str(path), "--cost", "analytic"]) == 0
+    return folder
+
+
+def _changed_image(folder: Path) -> None:
+    write_images(folder / "frames", 2, seed=2101)  # 000.png and 001.png rewritten, other pixels
+
+
+def _added_image(folder: Path) -> None:
+    shutil.copy(folder / "frames" / "000.png", folder / "frames" / "100.PNG")
+
+
+def _added_jpeg(folder: Path) -> None:
+    from PIL import Image
+
+    Image.open(folder / "frames" / "000.png").convert("RGB").save(folder / "frames" / "100.jpg")
+
+
+def _removed_image(folder: Path) -> None:
+    (folder / "frames" / "002.png").unlink()
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    (_changed_image, r"stale: frames/000\.png changed since the build"),
+    (_added_image, r"stale: frames has other \*\.\[pP\]\[nN\]\[gG\] files than at the build"),
+    (_added_jpeg, r"stale: frames has other \*\.\[jJ\]\[pP\]\[gG\] files than at the build"),
+    (_removed_image, r"stale: frames/002\.png is missing"),
+], ids=["image changed", "image added", "jpeg added", "image removed"])
+def test_calibration_images_make_the_build_stale(built_on_images: Path, tmp_path: Path,
+                                                 change: Callable[[Path], None], why: str) -> None:
+    shutil.copytree(built_on_images, tmp_path / "app")
+    app = tmp_path / "app" / "app.yaml"
+    before = load_build(app).config.scenario("fast-int8").model_path
+    (tmp_path / "app" / "frames" / "README.txt").write_text("not a frame: the build stays current")
+    assert load_build(app).config.scenario("fast-int8").quantize == "int8-static"
+    change(app.parent)
+    with pytest.raises(InputError, match=why):
+        load_build(app)
+    assert main(["build", str(app), "--cost", "analytic"]) == 0  # built again, from the new images
+    assert load_build(app).config.scenario("fast-int8").model_path != before  # quantized on other frames

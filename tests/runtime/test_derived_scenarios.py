@@ -16,6 +16,7 @@ from sbrs.cli import main
 from sbrs.model import params_bytes
 from sbrs.runtime import runtime_for
 from sbrs.runtime.engine import Runtime
+from tests.calibration_images import write_image_app
 from tests.conftest import calibration_frame, write_derived_app
 from tests.runtime.conftest import References, assert_equivalent
 
@@ -150,3 +151,27 @@ def test_sbrs_tp_switches_mid_frame_between_precisions(layered: Runtime, refs: R
         assert [(r.index, r.scenario) for r in results] == [(0, old), (1, new)], step
         for result, frame in zip(results, frames, strict=True):
             assert_equivalent(result.outputs, refs.outputs(result.scenario, frame), f"{old}->{new} at step {step}")
+
+
+def test_an_int8_scenario_calibrated_on_images_equals_onnx_runtime(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``quantize.calibration`` naming a folder of images, the folder ``sbrs run --input`` runs on: the app
+    builds, runs on those images, and its int8 scenario equals ONNX Runtime running the cached, derived file."""
+    from sbrs.run.frames import open_frames
+
+    path = write_image_app(tmp_path, images=3, seed=1100)
+    assert main(["build", str(path), "--cost", "analytic"]) == 0
+    app = load_app(path)
+    fast = app.config.scenario("fast-int8")
+    assert fast.model_kind == "derived" and fast.calibration == str((tmp_path / "frames").resolve())
+    refs = References(app)
+    images = list(open_frames(str(tmp_path / "frames"), app.config.input))
+    with runtime_for(path) as runtime:
+        runtime.switch("fast-int8")
+        for index, frame in enumerate([*images, *_frames(2, start=600)]):
+            got = runtime.infer(frame)
+            assert_equivalent(got, refs.outputs("fast-int8", frame), f"fast-int8 frame {index}")
+            assert all(value.shape == (1, 10) and np.isfinite(value).all() for value in got.values())
+    capsys.readouterr()
+    assert main(["run", str(path), "--no-socket", "--input", str(tmp_path / "frames")]) == 0
+    assert "3 frames" in capsys.readouterr().err
