@@ -26,10 +26,16 @@ def test_bench_smoke_reports_every_key(capsys: pytest.CaptureFixture[str]) -> No
     plan = device["plan"]
     assert plan["plan_bytes"] == plan["params_bytes"] + plan["tensors_bytes"] + plan["transition_bytes"] > 0
     assert device["bound_bytes"] == int(1.1 * plan["plan_bytes"] + 13_000_000)
-    for name in ("sbrs_run", "python_api", "plain_ort", "plain_ort_trimmed", "plain_ort_active"):
+    for name in ("sbrs_run", "python_api", "plain_ort", "plain_ort_trimmed", "plain_ort_active", "onnxruntime_code"):
         row = device["summary"][name]
         # above the same bare interpreter: a process that loaded models holds more; PSS never above RSS
         assert 0 < row["pss_bytes"] <= row["rss_bytes"] + 1_000_000 and row["peak_rss_bytes"] >= row["rss_bytes"]
+    # ONNX Runtime's code measured in the same run: one small convolution's process, the bound built on it
+    code = device["summary"]["onnxruntime_code"]["pss_bytes"]
+    assert device["bound_same_run_bytes"] == int(1.1 * plan["plan_bytes"] + code + 3_000_000)
+    for name in ("sbrs_run", "python_api"):
+        row = device["summary"][name]
+        assert row["within_same_run_bound"] == (row["pss_bytes"] <= device["bound_same_run_bytes"])
     assert set(device["python_api"]["stages"]) == {"bare", "imported", "loaded", "ran"}
     split = device["summary"]["where_it_goes_pss_bytes"]
     assert split["weights_files"] > 0  # the build's weights are mapped from its files
