@@ -40,7 +40,8 @@ def capture_table(moc: Moc) -> dict[str, Any]:
     """
     captured = _captured(moc)
     params = {param.id: param for param in moc.params}
-    columns = [{"id": layer.id, "kind": "layer", "op": layer.op} for layer in moc.layers]
+    columns = [{"id": layer.id, "kind": "layer", "op": layer.op if layer.qdq is None else f"{layer.op} (QDQ)"}
+               for layer in moc.layers]  # a quantized layer is its op inside Q/DQ nodes (Layer.qdq)
     columns += [{"id": edge.id, "kind": "edge", "src": edge.src, "dst": edge.dst} for edge in moc.edges]
     rows: dict[str, dict[str, Any]] = {}
     for scenario in moc.scenarios:

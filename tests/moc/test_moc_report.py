@@ -99,3 +99,19 @@ def test_checkers_catch_broken_mocs() -> None:
     edges.pop(next(iter(edges)))
     broken = dataclasses.replace(moc, edge_capture={**moc.edge_capture, "b": edges})
     assert check_capture(broken, models)
+
+
+def test_a_quantized_layer_is_labelled_as_its_op_inside_qdq_nodes() -> None:
+    """A QDQ node unit imports as one layer (``Layer.qdq``); the capture table says it is quantized."""
+    import onnx
+
+    from tests.conftest import REPO
+
+    path = REPO / "tests" / "data" / "torchvision" / "quantized" / "shufflenet_v2_x0_5-legacy-64-qdq-per-tensor-u8.onnx"
+    model = import_model(onnx.load(str(path)), name="q")
+    moc = derive_moc({"q": model}, ["I", "O", "par"])
+    ops = {column["op"] for column in capture_table(moc)["columns"] if column["kind"] == "layer"}
+    quantized = {layer.op for layer in model.layers if layer.qdq is not None}
+    assert "Conv" in quantized and "Conv (QDQ)" in ops
+    assert ops >= {f"{op} (QDQ)" for op in quantized}
+    assert "Conv (QDQ)" in format_capture_table(moc)
