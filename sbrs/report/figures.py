@@ -233,6 +233,10 @@ def memory_figure(plan: AppPlan, app_name: str, path: Path, *, limit_mb: float |
                      label=f"the plan: {_mb(device['plan']['plan_bytes']):.1f} MB")
         axes.axhline(_mb(device["bound_bytes"]), color="#c0392b", linestyle="--", linewidth=1,
                      label=f"bound 1.1 x plan + 13 MB: {_mb(device['bound_bytes']):.1f}")
+        if "bound_same_run_bytes" in device:  # ONNX Runtime's code measured in the same run (sbrs.bench)
+            axes.axhline(_mb(device["bound_same_run_bytes"]), color="#c0392b", linestyle=":", linewidth=1,
+                         label=f"the same, ONNX Runtime's code measured in this run: "
+                               f"{_mb(device['bound_same_run_bytes']):.1f}")
         axes.set_ylabel("MB of PSS above a bare interpreter")
         axes.tick_params(axis="x", labelsize=8)
         axes.margins(y=0.12)
