@@ -90,7 +90,8 @@ def test_changed_calibration_frames_quantize_again(tmp_path: Path, monkeypatch: 
     assert counter.calls == ["quantize_int8_static"] * 2
 
 
-def test_calibration_frames_come_from_the_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def spy_on_calibration(monkeypatch: pytest.MonkeyPatch) -> list[list[np.ndarray]]:
+    """The frames each int8 quantization is given, one list per call (the quantizer still runs)."""
     seen: list[list[np.ndarray]] = []
     original = precision.quantize_int8_static
 
@@ -99,6 +100,11 @@ def test_calibration_frames_come_from_the_folder(tmp_path: Path, monkeypatch: py
         return original(source, seen[-1])
 
     monkeypatch.setattr(precision, "quantize_int8_static", spy)
+    return seen
+
+
+def test_calibration_frames_come_from_the_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = spy_on_calibration(monkeypatch)
     path = write_derived_app(tmp_path, frames=3, seed=300)
     (tmp_path / "frames" / "notes.txt").write_text("not a frame")  # only .npy files are frames
     load_app_config(path)
@@ -114,14 +120,7 @@ def test_calibration_frames_may_be_images_read_as_sbrs_run_reads_them(tmp_path: 
     from sbrs.app.config import InputSpec
     from sbrs.run.frames import open_frames
 
-    seen: list[list[np.ndarray]] = []
-    original = precision.quantize_int8_static
-
-    def spy(source: Path, frames):
-        seen.append(list(frames))
-        return original(source, seen[-1])
-
-    monkeypatch.setattr(precision, "quantize_int8_static", spy)
+    seen = spy_on_calibration(monkeypatch)
     path = write_image_app(tmp_path, images=3, seed=500)
     (tmp_path / "frames" / "notes.txt").write_text("not a frame")
     config = load_app_config(path)
