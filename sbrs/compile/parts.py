@@ -135,7 +135,7 @@ def executable_bands(model: CnnModel, bands: Mapping[str, int]) -> dict[str, int
         if layer.op == INPUT_OP:
             if layer.name not in bands or len(model.tensors[layer.outputs[0]].shape) != 4:
                 result[layer.name] = layer_height(layer)
-        elif layer.op not in BANDABLE_OPS or auto_pad not in ("NOTSET", "VALID") or layer.qdq is not None:
+        elif layer.op not in BANDABLE_OPS or auto_pad not in ("NOTSET", "VALID"):
             result[layer.name] = layer_height(layer)
     return result
 
@@ -179,7 +179,7 @@ def compile_scenario(model: CnnModel, bands: Mapping[str, int], *, name: str | N
     scenario = name or model.name
     for layers, _ in tiles:
         for layer in layers:
-            if model.layer(layer).op not in BANDABLE_OPS or model.layer(layer).qdq is not None:
+            if model.layer(layer).op not in BANDABLE_OPS:
                 raise InputError(f"tile group: layer '{layer}' ({model.layer(layer).op}) cannot run by bands",
                                  field="tiles")
     bands = executable_bands(model, bands)
@@ -363,8 +363,9 @@ def _edge_variants(model: CnnModel, calls: Sequence[BandCall]) -> dict[tuple[Any
     bands) as a model of its own and runs the others (first and last bands, once a frame each) on one shared
     model whose pads and slice rows are inputs: one ONNX Runtime session instead of several, each ~90 kB of
     process memory (docs/MEASUREMENTS.md), for a few microseconds more per edge call (its ``Pad`` copies the band).
-    Only convolutions are padded so (a zero ``Pad`` is not MaxPool's padding, nor AveragePool's without
-    ``count_include_pad``), and only from opset ``EDGE_MIN_OPSET``.
+    Only float convolutions are padded so (a zero ``Pad`` is not MaxPool's padding, nor AveragePool's without
+    ``count_include_pad``, nor a quantized input's, whose zero is its zero point), and only from opset
+    ``EDGE_MIN_OPSET``.
     """
     if model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0)) < EDGE_MIN_OPSET:
         return {}
@@ -376,7 +377,8 @@ def _edge_variants(model: CnnModel, calls: Sequence[BandCall]) -> dict[tuple[Any
     edges: dict[tuple[Any, ...], tuple[str, ...]] = {}
     for group, variants in counts.items():
         varying = tuple(name for index, name in enumerate(group[2]) if len({v[1][index] for v in variants}) > 1)
-        if len(variants) < EDGE_MIN_VARIANTS or any(model.layer(n).op != "Conv" for n in varying):
+        if len(variants) < EDGE_MIN_VARIANTS or any(model.layer(n).op != "Conv" or model.layer(n).qdq is not None
+                                                     for n in varying):
             continue
         kept = max(variants, key=lambda v: variants[v])  # the first most frequent: dicts keep insertion order
         edges.update(dict.fromkeys((v for v in variants if v != kept), varying))

@@ -213,9 +213,7 @@ def is_row_local(model: CnnModel, layer: Layer) -> bool:
     The graph ``Input`` is row-local too (a frame can arrive row by row, thesis Table 4.1 ``l_1``); the
     graph ``Output`` is not (the application returns whole tensors).
     """
-    if layer.op == OUTPUT_OP or layer.qdq is not None:
-        # a quantized layer (QDQ node unit) runs whole: band geometry is the float op's, but processing one by
-        # parts is not implemented (docs/QUANTIZED.md)
+    if layer.op == OUTPUT_OP:
         return False
     if layer_height(layer) <= 1:
         return False

@@ -181,8 +181,7 @@ def tile_groups(model: CnnModel) -> list[tuple[str, ...]]:
         for name in region.layers:
             layer = model.layer(name)
             # crops, several outputs and row-local ops the executor runs whole (Slice, Pad) end a run
-            if (any(p < 0 for p in layer.pads) or len(layer.outputs) != 1 or layer.op not in WINDOW_OPS | ROWWISE_OPS
-                    or layer.qdq is not None):
+            if any(p < 0 for p in layer.pads) or len(layer.outputs) != 1 or layer.op not in WINDOW_OPS | ROWWISE_OPS:
                 if len(run) > 1:
                     groups.append(tuple(run))
                 run = []

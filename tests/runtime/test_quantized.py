@@ -3,7 +3,8 @@
 An app holding one CNN at full precision, in every integer form and at fp16 builds its MoC, unit plan and
 arena, runs every scenario equal to plain ONNX Runtime on the scenario's own file, switches between the
 float32 and int8 scenarios at every step of a frame (SBRS-TP), and hands ONNX Runtime units that it runs
-with its integer kernels. Processing by parts (``memory_limit_mb``) runs quantized layers whole.
+with its integer kernels. Processing by parts (``memory_limit_mb``) runs quantized layers by bands, float16
+layers whole.
 """
 
 from __future__ import annotations
@@ -180,19 +181,33 @@ def test_the_plan_holds_quantized_tensors_at_their_own_size_and_each_weight_once
     assert quantized == {s: params_bytes([mobilenet_app.models[s]]) for s in INTEGER}
 
 
-def test_processing_by_parts_runs_quantized_layers_whole(quantized_zoo: Callable[..., Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize("form", ["qdq-per-tensor-u8", "qdq-per-channel-u8", "qdq-per-channel-s8"])
+def test_processing_by_parts_runs_quantized_layers_by_bands(quantized_zoo: Callable[..., Path], tmp_path: Path,
+                                                            form: str) -> None:
+    """A QDQ node unit runs by bands like its float op (each band call holds the Q/DQ nodes, ONNX Runtime fuses
+    them into its integer kernel there; the line buffers hold the quantized tensors): 1-row bands everywhere and
+    every block tiled, each equal to ONNX Runtime on the file. float16 layers still run whole: a band boundary
+    would round what ONNX Runtime keeps in float32."""
     from sbrs.compile.parts import executable_bands
+    from sbrs.reduction import maximal_bands
     from sbrs.reduction.rows import layer_height
+    from sbrs.reduction.tiles import tile_groups
+    from sbrs.runtime.engine import Runtime
 
-    models = {"fp32": quantized_zoo("resnet18", "fp32"), "int8": quantized_zoo("resnet18", "qdq-per-channel-u8")}
-    app = _app(tmp_path, "by-parts", models)
-    int8 = app.models["int8"]
+    app = _app(tmp_path, "by-parts", {"int8": quantized_zoo("mobilenet_v2", form)})
+    int8 = fold_model(app.models["int8"])
     bands = executable_bands(int8, {layer.name: 1 for layer in int8.compute_layers})
-    assert all(bands[layer.name] == layer_height(layer) for layer in int8.compute_layers if layer.qdq is not None)
-    fp32 = app.models["fp32"]
-    bands = executable_bands(fp32, {layer.name: 1 for layer in fp32.compute_layers})
-    assert any(bands[layer.name] < layer_height(layer) for layer in fp32.compute_layers if layer.op == "Conv")
-    # float16 layers run whole too: a band boundary would round what ONNX Runtime keeps in float32
+    quantized = [layer for layer in int8.compute_layers if layer.qdq is not None and layer.op == "Conv"]
+    assert quantized and all(bands[layer.name] < layer_height(layer) for layer in quantized)
+    refs = References(app)
+    frame = random_frame(app, 5)
+    tiles = {"int8": [(group, 1) for group in tile_groups(int8)]}
+    for label, kwargs in (("1-row bands", {}), ("tiles", {"tiles": tiles})):
+        with Runtime.from_models({"int8": int8}, {"int8": maximal_bands(int8)}, **kwargs) as runtime:
+            parts = runtime.plan.scenarios["int8"]  # type: ignore[union-attr]
+            assert len(parts.calls) > 20 and any(b.dtype in ("uint8", "int8") and b.layout == "rows"
+                                                 for b in parts.buffers)
+            assert_equivalent(runtime.infer(frame), refs.outputs("int8", frame), f"{form} by parts, {label}")
     fp16 = _app(tmp_path, "by-parts-half", {"fp16": quantized_zoo("resnet18", "fp16-ort")}).models["fp16"]
     bands = executable_bands(fp16, {layer.name: 1 for layer in fp16.compute_layers})
     assert all(bands[layer.name] == layer_height(layer) for layer in fp16.compute_layers)
