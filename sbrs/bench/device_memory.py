@@ -27,7 +27,7 @@ sbrs (its Python), opening the runtime (sessions, ONNX Runtime's copies of the w
 ones, the arena's untouched pages are not resident yet), running every scenario (the tensors inside ONNX
 Runtime calls in its allocator, sbrs' arena as it is touched, what the first frames allocate).
 
-- ``onnxruntime_code``: plain ONNX Runtime running one small convolution (``CODE_MODEL``, 1.4 kB of weights):
+- ``onnxruntime_code``: plain ONNX Runtime running one small convolution (``CODE_MODEL_SHAPE``, 1.7 kB of weights):
   what the first session of a process costs above the bare interpreter, ONNX Runtime's code pages and its own
   heap, in this very run.
 
@@ -362,7 +362,7 @@ def measure_device_memory(app_path: str | Path, *, frames: int = FRAMES) -> dict
 
 def _code_model(folder: str) -> str:
     """The ``onnxruntime_code`` probe's model (``CODE_MODEL_SHAPE``, seeded weights), written by a short-lived
-    child so that this process never imports onnx (``_plain_models``)."""
+    child so that this process never imports onnx (``_in_child``)."""
     path = os.path.join(folder, "code.onnx")
     code = ("import sys\nimport numpy as np\nimport onnx\nfrom onnx import helper, numpy_helper\n"
             "n, c, h, w = (int(v) for v in sys.argv[2:6])\n"
@@ -373,19 +373,25 @@ def _code_model(folder: str) -> str:
             "[helper.make_tensor_value_info('y', onnx.TensorProto.FLOAT, [n, 16, h, w])], [weight])\n"
             "onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid('', 17)], ir_version=8), "
             "sys.argv[1])\n")
-    result = subprocess.run([sys.executable, "-c", code, path, *map(str, CODE_MODEL_SHAPE)], capture_output=True,
-                            text=True, cwd=PROBES, check=False, timeout=STAGE_TIMEOUT_S)
+    _in_child(code, [path, *map(str, CODE_MODEL_SHAPE)], "write the code probe's model")
+    return path
+
+
+def _in_child(code: str, args: list[str], what: str) -> str:
+    """``python -c code args`` from the probes' folder, its stdout; a failure is one line saying ``what`` failed.
+    The files the probes need are made so: this process imports neither onnx nor, with it, numpy, whose pages
+    it would then share with the probes (``measure_device_memory``)."""
+    result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=PROBES,
+                            check=False, timeout=STAGE_TIMEOUT_S)
     if result.returncode != 0:
         last = result.stderr.strip().splitlines()
-        raise SbrsRuntimeError("bench: could not write the code probe's model: "
-                               f"{last[-1] if last else result.returncode}")
-    return path
+        raise SbrsRuntimeError(f"bench: could not {what}: {last[-1] if last else result.returncode}")
+    return result.stdout
 
 
 def _plain_models(facts: dict[str, Any], folder: str) -> list[str]:
     """The files plain ONNX Runtime runs: each scenario's model, behind its Resize where it has its own input size
-    (``sbrs.model.input_size.plain_model_file``), written by a short-lived child so that this process never
-    imports onnx (and with it numpy, whose pages it would then share with the probes)."""
+    (``sbrs.model.input_size.plain_model_file``), written by a short-lived child (``_in_child``)."""
     sizes = facts.get("input_sizes") or [None] * len(facts["models"])
     if all(size is None for size in sizes):
         return list(facts["models"])
@@ -394,12 +400,7 @@ def _plain_models(facts: dict[str, Any], folder: str) -> list[str]:
             "for m, s in zip(args['models'], args['sizes'])]))")
     arguments = json.dumps({"models": facts["models"], "sizes": sizes, "shape": facts["input"]["shape"],
                             "folder": folder})
-    result = subprocess.run([sys.executable, "-c", code, arguments], capture_output=True, text=True, cwd=PROBES,
-                            check=False, timeout=STAGE_TIMEOUT_S)
-    if result.returncode != 0:
-        last = result.stderr.strip().splitlines()
-        raise SbrsRuntimeError(f"bench: could not write the plain models: {last[-1] if last else result.returncode}")
-    return list(json.loads(result.stdout))
+    return list(json.loads(_in_child(code, [arguments], "write the plain models")))
 
 
 def _measure_in_child(app_path: Path, frames: int) -> dict[str, Any]:

@@ -375,8 +375,10 @@ def _edge_variants(model: CnnModel, calls: Sequence[BandCall]) -> dict[tuple[Any
             variants = counts.setdefault(_group(call), {})
             variants[_variant(call)] = variants.get(_variant(call), 0) + 1
     edges: dict[tuple[Any, ...], tuple[str, ...]] = {}
-    for group, variants in counts.items():
-        varying = tuple(name for index, name in enumerate(group[2]) if len({v[1][index] for v in variants}) > 1)
+    for (_, _, padded, _), variants in counts.items():
+        # the layers whose (name, top, bottom) is not the same in every variant of the group
+        varying = tuple(name for index, name in enumerate(padded)
+                        if len({pads[index] for _, pads, _, _ in variants}) > 1)
         if len(variants) < EDGE_MIN_VARIANTS or any(model.layer(n).op != "Conv" or model.layer(n).qdq is not None
                                                      for n in varying):
             continue
