@@ -130,6 +130,20 @@ def _share_cpu_allocator(tensors_bytes: int | None = None) -> None:
     ort.create_and_register_allocator(memory, ort.OrtArenaCfg(0, -1, first_region, -1))
 
 
+def share_cuda_allocator() -> None:
+    """One CUDA memory arena for every sbrs session on the GPU, registered with ONNX Runtime's environment as
+    the CPU one is (``_share_cpu_allocator``): each CUDA session otherwise keeps a BFC arena of its own, grown to
+    its peak (cuDNN's convolution workspaces included) and never given back, so a runtime of many units pays the
+    sum of their peaks. Only sessions made with ``session.use_env_allocators`` (sbrs') use it. Measured in
+    docs/MEASUREMENTS.md ("On a GPU")."""
+    memory = ort.OrtMemoryInfo("Cuda", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+    try:
+        ort.create_and_register_allocator_v2("CUDAExecutionProvider", memory, {}, ort.OrtArenaCfg(0, -1, -1, -1))
+    except Exception as exc:  # onnxruntime raises its own Fail type when a second runtime registers it again
+        if "already" not in str(exc).lower():
+            raise
+
+
 def session_options(threads: int = 1, scope: str = "session") -> ort.SessionOptions:
     """Options of an sbrs session: ``threads`` intra-op threads of its own (``scope`` ``session``; they stop
     spinning when a call returns) or ONNX Runtime's global pool (``process``), and the shared CPU allocator."""

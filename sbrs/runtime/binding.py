@@ -10,7 +10,7 @@ against (``Runtime.bound_accesses``, ``sbrs.compile.transitions.check_schedule``
 
 Frame input and output: copying the frame in belongs to step 1 (it writes the input slot), copying the outputs
 out to the last step (it reads them). On the CPU provider both are numpy copies into and out of arena views;
-on a GPU provider small copy sessions do it (``sbrs.runtime.device.device_copy``; units only).
+on a GPU provider ``cudaMemcpy`` does it (``sbrs.runtime.device.device_copy``; units only).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def bind_units(plan: UnitPlan, sessions: Mapping[str, ort.InferenceSession], are
     """Every (scenario, unit) of ``plan`` bound once to its arena slots, and the frame I/O.
 
     ``offsets`` replaces the plan's tensor offsets (the shadow slots a transition's new frame runs in,
-    ``sbrs.compile.transitions.plan_shadow``; CPU arena only)."""
+    ``sbrs.compile.transitions.plan_shadow``)."""
     bound = Bound()
     tensors = {t.id: t for t in plan.tensors}
     units = {u.id: u for u in plan.units}
@@ -127,10 +127,7 @@ def bind_units(plan: UnitPlan, sessions: Mapping[str, ort.InferenceSession], are
         else:
             def copy(tensor_id: str, to_device: bool) -> Callable[..., Any]:
                 pointer, shape, dtype, _ = slot(tensor_id)
-                key = f"copy:{tensor_id}:{'in' if to_device else 'out'}"
-                function, bound.sessions[key] = device_copy(pointer, shape, dtype, device, providers,
-                                                            to_device=to_device)
-                return function
+                return device_copy(pointer, shape, dtype, to_device=to_device)
 
             bound.copy_in[scenario] = copy(tensor.id, True)
             bound.copy_out[scenario] = {name: copy(tensor_id, False)

@@ -6,24 +6,22 @@ environment, which the build uses too: ``sbrs.ort_env``.
 Arena memory: on the CPU provider the arena is one numpy buffer, aligned to 64 bytes, and views of it are
 bound with IOBinding. For a GPU provider (CUDA, TensorRT) the arena is one device allocation
 (``OrtValue.ortvalue_from_shape_and_type([bytes], uint8, "cuda", 0)``) and bindings point at
-``data_ptr() + offset``; frames are copied in and outputs out through two tiny Identity sessions whose host
-side is bound to numpy buffers (ONNX Runtime does the host/device copies). The GPU path cannot be tested on
-the CPU-only machines this project's CI runs on: it is kept small and is untested.
+``data_ptr() + offset``; frames are copied in and outputs out with ``cudaMemcpy`` (``device_copy``). CI has no GPU:
+``benchmarks/gpu_check.py`` checks this path by hand where one is (docs/MEASUREMENTS.md, "On a GPU").
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
-from sbrs.ort_env import GPU_PROVIDERS, create_session
-
-if TYPE_CHECKING:  # onnx is imported where a model is built, never on the path that runs a compiled build
-    import onnx
+from sbrs.errors import SbrsRuntimeError
+from sbrs.ort_env import GPU_PROVIDERS
 
 
 def device_of(providers: tuple[str, ...]) -> str:
@@ -51,7 +49,7 @@ def iobinding_runner(session: ort.InferenceSession, binding: ort.IOBinding,
 
 
 class ArenaMemory:
-    """The arena's bytes: a 64-byte-aligned numpy buffer (CPU) or one device allocation (GPU, untested).
+    """The arena's bytes: a 64-byte-aligned numpy buffer (CPU) or one device allocation (GPU).
 
     ``pointer(offset)`` is the address to bind; ``view(offset, shape, dtype)`` a numpy view (CPU only).
     """
@@ -87,38 +85,56 @@ class ArenaMemory:
         return self.host[offset:offset + count].view(dtype).reshape(shape)
 
 
-def device_copy(pointer: int, shape: tuple[int, ...], dtype: np.dtype, device: str, providers: tuple[str, ...], *,
-                to_device: bool) -> tuple[Callable[..., Any], ort.InferenceSession]:
-    """GPU arena only (untested here): a copy between a host buffer and the device slot at ``pointer``, made by an
-    Identity session (``copy_model``) whose host side is bound to a numpy buffer. ``to_device``: a frame's
-    copy-in (``copy(array)``), else an output's copy-out (``copy()`` returns the host copy). Returns the copy
-    and its session (kept by the runtime)."""
-    session = create_session(copy_model(shape, dtype.name), providers)
-    host = np.zeros(shape, dtype)
-    binding = session.io_binding()
-    host_side, device_side = ("x", "y") if to_device else ("y", "x")
-    bind_host = binding.bind_input if to_device else binding.bind_output
-    bind_device = binding.bind_output if to_device else binding.bind_input
-    bind_host(host_side, "cpu", 0, dtype, list(shape), host.ctypes.data)
-    bind_device(device_side, device, 0, dtype, list(shape), pointer)
+def device_copy(pointer: int, shape: tuple[int, ...], dtype: np.dtype, *, to_device: bool) -> Callable[..., Any]:
+    """GPU arena only: a synchronous copy between a host buffer and the device slot at ``pointer``.
+    ``to_device``: a frame's copy-in (``copy(array)``), else an output's copy-out (``copy()`` returns a new host
+    array). Made with ``cudaMemcpy`` of the CUDA runtime ONNX Runtime's provider has loaded (``cuda_runtime``).
 
-    def copy_in(array: np.ndarray) -> None:
-        np.copyto(host, array)
-        session.run_with_iobinding(binding)
+    Why not an ONNX Runtime session: an Identity model with its input bound to host memory and its output to
+    the device slot left the slot unwritten on onnxruntime-gpu 1.31 (H100: every output of every example app
+    wrong, ``benchmarks/gpu_check.py``), and ORT's Python API has no copy into an address it did not allocate.
+    ``cudaMemcpy`` on pageable host memory returns once the copy is done, and every ORT call has synchronised
+    its stream before it returns, so the copies are ordered with the calls as on the CPU arena.
+    """
+    copy = cuda_runtime().cudaMemcpy
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if to_device:
+        def copy_in(array: np.ndarray) -> None:
+            host = np.ascontiguousarray(array, dtype=dtype)
+            _check_cuda(copy(pointer, host.ctypes.data, nbytes, CUDA_HOST_TO_DEVICE), "copying a frame in")
+
+        return copy_in
 
     def copy_out() -> np.ndarray:
-        session.run_with_iobinding(binding)
-        return host.copy()
+        host = np.empty(shape, dtype)
+        _check_cuda(copy(host.ctypes.data, pointer, nbytes, CUDA_DEVICE_TO_HOST), "copying an output out")
+        return host
 
-    return (copy_in if to_device else copy_out), session
+    return copy_out
 
 
-def copy_model(shape: tuple[int, ...], dtype: str) -> onnx.ModelProto:
-    """An Identity model ``x → y`` of ``shape``/``dtype``: a host/device copy when x and y live apart."""
-    from onnx import helper
+#: ``cudaMemcpyKind`` values (CUDA runtime API).
+CUDA_HOST_TO_DEVICE, CUDA_DEVICE_TO_HOST = 1, 2
 
-    element = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "copy",
-                              [helper.make_tensor_value_info("x", element, list(shape))],
-                              [helper.make_tensor_value_info("y", element, list(shape))])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+@functools.cache
+def cuda_runtime() -> ctypes.CDLL:
+    """The CUDA runtime library (``libcudart.so.N``) mapped into this process: the one ONNX Runtime's CUDA or
+    TensorRT provider loaded with the arena's allocation, whatever its CUDA version (12 on JetPack 6, 13 on
+    onnxruntime-gpu 1.31 from PyPI)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            path = next((line.split()[-1] for line in maps if "/libcudart.so" in line), None)
+    except OSError:
+        path = None
+    if path is None:
+        raise SbrsRuntimeError("no CUDA runtime library (libcudart) is loaded: the GPU provider did not start")
+    library = ctypes.CDLL(path)
+    library.cudaMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    library.cudaMemcpy.restype = ctypes.c_int
+    return library
+
+
+def _check_cuda(status: int, what: str) -> None:
+    if status != 0:
+        raise SbrsRuntimeError(f"CUDA error {status} {what}")

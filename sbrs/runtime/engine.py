@@ -54,7 +54,14 @@ import onnxruntime as ort
 
 from sbrs.compile.transitions import TRANSITION_MODES, ResumeTable, TransitionPlan, resume_tables
 from sbrs.errors import InputError, SbrsRuntimeError
-from sbrs.ort_env import Threads, create_session, release_free_memory, resolve_providers, use_threads
+from sbrs.ort_env import (
+    Threads,
+    create_session,
+    release_free_memory,
+    resolve_providers,
+    share_cuda_allocator,
+    use_threads,
+)
 from sbrs.outputs.postprocess import FrameMeta, PostProcessor, postprocessors_for, value_of
 from sbrs.runtime import reports
 from sbrs.runtime.binding import Bound, bind_parts, bind_units
@@ -226,10 +233,10 @@ class Runtime:
         if by_parts and self.device != "cpu":
             raise InputError("processing by parts runs on the CPU provider only (line-buffer moves are numpy "
                              "copies)", field="runtime.providers")
-        if program.shadow is not None and self.device != "cpu":
-            raise SbrsRuntimeError("transition arena 'shadow' needs the CPU arena (device arenas: use 'shared')")
         self.thread_pool: Threads = use_threads(config.runtime.threads, config.runtime.threads_scope,
                                                 None if program.footprint is None else program.footprint.tensors_bytes)
+        if "CUDAExecutionProvider" in self.providers:
+            share_cuda_allocator()
         self.memory_limit_bytes: int | None = (None if config.memory_limit_mb is None
                                                else int(config.memory_limit_mb * 1e6))
         if by_parts and self.memory_limit_bytes is None:  # a build made with `--memory-limit`
