@@ -297,7 +297,8 @@ class Runtime:
                 return bind_units(plan, self._sessions, arena, self.device, self.providers,  # type: ignore[arg-type]
                                   config.input.name, self._run_options)
 
-            self._streams = Streams(streams, bound, self._arena, plan.arena_bytes, plan.alignment, bind)
+            self._streams = Streams(streams, bound, self._arena, plan.arena_bytes, plan.alignment, bind,
+                                   self.device)
             self._frame_lock = self._streams.locks[0]  # stream 0's arena is the runtime's own
         self._transition_starts: dict[tuple[str, str], tuple[bool, bool]] = transition_starts(self)
         # under ``resume``: where a frame stopped on o continues on n (``sbrs.compile.transitions.ResumeTable``),

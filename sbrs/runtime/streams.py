@@ -42,14 +42,14 @@ Computed = tuple[dict[str, np.ndarray], float, float]
 class Streams:
     """Every stream's arena and bound steps (stream 0 is the runtime's own), a lock per stream and the worker
     threads that run the frames. ``bind(arena)`` binds every step of the plan to another arena of the same
-    size (``bind_parts``, or ``bind_units`` without shadow slots)."""
+    size (``bind_parts``, or ``bind_units`` without shadow slots), on ``device`` as the first."""
 
     def __init__(self, count: int, first: Bound, first_arena: ArenaMemory, arena_bytes: int, alignment: int,
-                 bind: Callable[[ArenaMemory], Bound]) -> None:
+                 bind: Callable[[ArenaMemory], Bound], device: str = "cpu") -> None:
         self.arenas = [first_arena]
         self.bounds = [first]
         for _ in range(1, count):
-            arena = ArenaMemory(arena_bytes, "cpu", alignment)
+            arena = ArenaMemory(arena_bytes, device, alignment)
             self.arenas.append(arena)
             self.bounds.append(bind(arena))
         self.locks = [threading.Lock() for _ in self.bounds]
