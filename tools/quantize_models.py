@@ -28,8 +28,8 @@ import numpy as np
 import onnx
 
 #: Every form this script writes.
-FORMS = ("qdq-per-tensor-u8", "qdq-per-channel-u8", "qdq-per-channel-s8", "qoperator", "dynamic", "fp16-onnxconverter",
-         "fp16-onnxconverter-half-io", "fp16-ort", "fp16-ort-half-io")
+FORMS = ("qdq-per-tensor-u8", "qdq-per-channel-u8", "qdq-per-channel-s8", "qdq-contrib-u8", "qdq-contrib-u16",
+         "qoperator", "dynamic", "fp16-onnxconverter", "fp16-onnxconverter-half-io", "fp16-ort", "fp16-ort-half-io")
 
 
 def _frames(model: onnx.ModelProto, count: int) -> Iterator[dict[str, np.ndarray]]:
@@ -87,6 +87,12 @@ def quantize(source: str | Path, target: str | Path, form: str, frames: int = 4)
                                "activation_type": QuantType.QUInt8},
         "qdq-per-channel-s8": {"quant_format": QuantFormat.QDQ, "per_channel": True,
                                "activation_type": QuantType.QInt8},
+        # the QDQ nodes in ONNX Runtime's own domain (com.microsoft), 8-bit and 16-bit activations
+        "qdq-contrib-u8": {"quant_format": QuantFormat.QDQ, "per_channel": True, "activation_type": QuantType.QUInt8,
+                           "extra_options": {"UseQDQContribOps": True}},
+        "qdq-contrib-u16": {"quant_format": QuantFormat.QDQ, "per_channel": True,
+                            "activation_type": QuantType.QUInt16, "weight_type": QuantType.QInt8,
+                            "extra_options": {"UseQDQContribOps": True}},
         "qoperator": {"quant_format": QuantFormat.QOperator, "per_channel": True},
     }[form]
     with tempfile.TemporaryDirectory(prefix="sbrs-quantize-") as folder:

@@ -118,6 +118,10 @@ CONTRIB_LAYER_TYPES: Mapping[str, str] = {
     "QLinearLeakyRelu": "activation",
     "QLinearSoftmax": "loss",
     "QGemm": "fc",
+    # QDQ nodes in ONNX Runtime's domain, as its quantizer writes them with ``UseQDQContribOps`` (and for 16-bit
+    # types before opset 21): the standard ops' semantics
+    "QuantizeLinear": "quantization",
+    "DequantizeLinear": "quantization",
 }
 
 

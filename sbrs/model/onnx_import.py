@@ -76,6 +76,7 @@ def import_model(model: onnx.ModelProto, *, source: str = "<memory>", name: str 
         model = _copy(model)
     values = dict(arrays or {})
     _set_input_shapes(model, input_shapes or {}, source)
+    _refuse_unsupported_types(model, source)
     _refuse_unsupported(model, source, foreign_only=True)  # ONNX Runtime could not even load those to fold
     if needs_canonical(model):
         model, values = canonicalize(model, values, source, threads)
@@ -104,6 +105,26 @@ def _refuse_unsupported(model: onnx.ModelProto, source: str, *, foreign_only: bo
         label = node.name or f"#{index}"
         op = f"{node.domain}::{node.op_type}" if node.domain not in _ONNX_DOMAINS else node.op_type
         raise InputError(f"node '{label}': unsupported op '{op}' ({_refusal_hint(node)})", file=source)
+
+
+#: Element types sbrs holds tensors of: numpy's own, one or more bytes an element.
+_ELEMENT_TYPES = frozenset(getattr(onnx.TensorProto, name) for name in (
+    "FLOAT", "FLOAT16", "DOUBLE", "INT8", "UINT8", "INT16", "UINT16", "INT32", "UINT32", "INT64", "UINT64", "BOOL"))
+
+
+def _refuse_unsupported_types(model: onnx.ModelProto, source: str) -> None:
+    """One-line refusal of the first initializer or declared tensor of an element type sbrs does not hold
+    (4-bit integers, 8-bit and 4-bit floats, bfloat16, strings): the plan counts bytes by numpy element size."""
+    graph = model.graph
+    declared = [(t.name, t.data_type) for t in graph.initializer]
+    declared += [(v.name, v.type.tensor_type.elem_type) for v in (*graph.input, *graph.output, *graph.value_info)
+                 if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type]
+    for name, element in declared:
+        if element not in _ELEMENT_TYPES:
+            kind = onnx.TensorProto.DataType.Name(element).lower()
+            raise InputError(f"tensor '{name}' is {kind}: sbrs runs tensors of numpy's types, one byte an element or "
+                             "more (for 4-bit weights quantize to 8 bits, e.g. weight_type=QuantType.QInt8)",
+                             file=source)
 
 
 def _refusal_hint(node: onnx.NodeProto) -> str:

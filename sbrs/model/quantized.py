@@ -15,9 +15,14 @@ Like ONNX Runtime (``EnsureUniqueDQForNodeUnit``), a ``DequantizeLinear`` read b
 each of them. A ``DequantizeLinear`` or ``QuantizeLinear`` that belongs to no unit (the graph input's
 quantization, the dequantized graph output) stays a layer of its own.
 
+The same units in ONNX Runtime's own domain (``com.microsoft`` QuantizeLinear and DequantizeLinear, which its
+quantizer writes with ``extra_options={"UseQDQContribOps": True}``, and for 16-bit types where the model's
+opset is below 21) group the same way; each node keeps its domain, so a unit runs the file's own ops.
+
 Shapes of ONNX Runtime's ops. ONNX's shape inference does not know the ``com.microsoft`` ops of the QOperator
-form (``QLinearAdd`` ...). :func:`shape_surrogates` stands in a standard op with the same output shape and
-element type for each, on the weight-less copy that shape inference reads; the model keeps its own nodes.
+form (``QLinearAdd`` ...) or its QDQ ops. :func:`shape_surrogates` stands in a standard op with the same output
+shape and element type for each, on the weight-less copy that shape inference reads; the model keeps its own
+nodes.
 """
 
 from __future__ import annotations
@@ -31,10 +36,14 @@ from onnx import helper
 from sbrs.model.cnn import CONTRIB_DOMAIN, Layer, ParamRef, Qdq, QdqNode, TensorSpec
 
 _STANDARD = ("", "ai.onnx")
+#: QuantizeLinear and DequantizeLinear form node units in standard ONNX and in ONNX Runtime's domain alike.
+_QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+_QDQ_DOMAINS = (*_STANDARD, CONTRIB_DOMAIN)
 
 
 def _is(layer: Layer, op: str) -> bool:
-    return (layer.op == op and layer.domain in _STANDARD and layer.qdq is None and not layer.fused
+    domains = _QDQ_DOMAINS if op in _QDQ_OPS else _STANDARD
+    return (layer.op == op and layer.domain in domains and layer.qdq is None and not layer.fused
             and len(layer.outputs) == 1 and bool(layer.outputs[0]))
 
 
@@ -193,7 +202,23 @@ def _gemm(node: onnx.NodeProto, opset: int, types: Mapping[str, int]) -> _Replac
     return nodes, []
 
 
+def _quantize(node: onnx.NodeProto, opset: int, types: Mapping[str, int]) -> _Replacement:
+    # com.microsoft QuantizeLinear(x, y_scale, y_zero_point): x's shape, the zero point's type (uint8 without
+    # one). A Cast gives both, for 16-bit types too, which the standard op takes only from opset 21.
+    to = types.get(node.input[2], onnx.TensorProto.UINT8) if len(node.input) > 2 and node.input[2] else \
+        onnx.TensorProto.UINT8
+    return [helper.make_node("Cast", [node.input[0]], [node.output[0]], to=to)], []
+
+
+def _dequantize(node: onnx.NodeProto, opset: int, types: Mapping[str, int]) -> _Replacement:
+    # com.microsoft DequantizeLinear(x, x_scale, x_zero_point): x's shape, the scale's type
+    to = types.get(node.input[1], onnx.TensorProto.FLOAT)
+    return [helper.make_node("Cast", [node.input[0]], [node.output[0]], to=to)], []
+
+
 _SURROGATES = {
+    "QuantizeLinear": _quantize,
+    "DequantizeLinear": _dequantize,
     "QLinearAdd": _elementwise,
     "QLinearMul": _elementwise,
     "QLinearSigmoid": _same,

@@ -223,5 +223,12 @@ def is_row_local(model: CnnModel, layer: Layer) -> bool:
         # ONNX Runtime's CPU provider computes float16 layers in float32 inside one call: a band boundary would
         # round their tensors to float16 (MobileNetV2 fp16 by parts: 2e-3 off); they run whole
         return False
+    if layer.qdq is not None and any(model.tensors[t].dtype in ("int16", "uint16")
+                                     for t in (*layer.inputs, *layer.outputs) if t in model.tensors):
+        # 16-bit QDQ units have no integer kernel in ONNX Runtime: it runs their op in float32 between the
+        # DequantizeLinear and QuantizeLinear, and a band's float arithmetic, blocked differently from the whole
+        # layer's, moves values across a 16-bit step often (MobileNetV2 u16 in 1-row bands: 1.2e-4 off; 8-bit
+        # units run on integer kernels, the same by bands); they run whole
+        return False
     maps = layer_row_maps(model, layer)
     return bool(maps) and all(m.kind != "whole" for m in maps.values())

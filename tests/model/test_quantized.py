@@ -105,13 +105,18 @@ def test_the_committed_quantized_exports_are_there() -> None:
             "shufflenet_v2_x0_5-legacy-64-fp16-onnxconverter-half-io"} <= stems
 
 
-@pytest.mark.parametrize("form", ["qdq-per-tensor-u8", "qdq-per-channel-u8", "qdq-per-channel-s8"])
+@pytest.mark.parametrize("form", ["qdq-per-tensor-u8", "qdq-per-channel-u8", "qdq-per-channel-s8", "qdq-contrib-u8",
+                                  "qdq-contrib-u16"])
 def test_qdq_node_units_are_layers_with_quantized_tensors_and_integer_weights(
         quantized_zoo: Callable[..., Path], form: str) -> None:
     model = import_onnx(quantized_zoo("mobilenet_v2", form))
     convs = [layer for layer in model.layers if layer.op == "Conv"]
     assert len(convs) == 52 and all(layer.qdq is not None and layer.type == "convolutional" for layer in convs)
-    activation = "int8" if form.endswith("s8") else "uint8"  # and weights int8 in every form
+    # the Q/DQ nodes keep their domain: ONNX Runtime's own where its quantizer wrote them there
+    domain = "com.microsoft" if "contrib" in form else ""
+    assert all(node.domain == domain for layer in convs for node in (*layer.qdq.dequantize, layer.qdq.quantize)
+               if node is not None)
+    activation = {"s8": "int8", "16": "uint16"}.get(form[-2:], "uint8")  # and weights int8 in every form
     for layer in convs:
         assert layer.qdq is not None and layer.qdq.quantize is not None
         assert [model.tensors[t].dtype for t in (*layer.inputs, *layer.outputs)] == [activation, activation]
@@ -119,7 +124,7 @@ def test_qdq_node_units_are_layers_with_quantized_tensors_and_integer_weights(
         assert weight.dtype == "int8" and weight.nbytes == int(np.prod(weight.shape))  # one byte a weight
         assert layer.kernel == tuple(weight.shape[2:])
         scales = [p for p in layer.params if p.dtype == "float32"]
-        assert {p.shape for p in scales} <= ({(), (1,), (weight.shape[0],)} if "per-channel" in form else {(), (1,)})
+        assert {p.shape for p in scales} <= ({(), (1,), (weight.shape[0],)} if "per-tensor" not in form else {(), (1,)})
     # no float tensor between a DequantizeLinear and its op, or an op and its QuantizeLinear, is left
     assert not any(layer.op in ("QuantizeLinear", "DequantizeLinear") for layer in model.layers[2:-2])
     between = [e for e in model.edges if model.layer(e.src).qdq is not None and model.layer(e.dst).qdq is not None]
@@ -203,11 +208,12 @@ SCALE = [numpy_helper.from_array(np.array(0.05, np.float32), "s"), numpy_helper.
 
 
 @pytest.mark.parametrize(("nodes", "message"), [
-    ([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q", domain="com.microsoft"),
-      helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq")],
-     r"m\.onnx: node 'q': unsupported op 'com\.microsoft::QuantizeLinear' \(an ONNX Runtime op sbrs does not "
-     r"run: export without ONNX Runtime's optimizations; of that domain only the quantized ops QGemm, .* run, "
-     r"see docs/QUANTIZED\.md\)$"),
+    ([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q"),
+      helper.make_node("QLinearWhere", ["q", "s", "z"], ["r"], name="where", domain="com.microsoft"),
+      helper.make_node("DequantizeLinear", ["r", "s", "z"], ["y"], name="dq")],
+     r"m\.onnx: node 'where': unsupported op 'com\.microsoft::QLinearWhere' \(an ONNX Runtime op sbrs does not "
+     r"run: export without ONNX Runtime's optimizations; of that domain only the quantized ops DequantizeLinear, "
+     r"QGemm, .* run, see docs/QUANTIZED\.md\)$"),
     ([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q"),
       helper.make_node("QLinearReduceMean", ["q", "s", "z", "s", "z"], ["r"], name="mean", domain="com.microsoft"),
       helper.make_node("DequantizeLinear", ["r", "s", "z"], ["y"], name="dq")],
@@ -259,12 +265,14 @@ def test_a_cycle_is_refused_in_one_line() -> None:
 
 @settings(max_examples=20, deadline=None, derandomize=True)
 @given(scales=st.lists(st.floats(1e-3, 0.5), min_size=3, max_size=3), points=st.lists(st.integers(0, 255),
-       min_size=3, max_size=3), signed=st.booleans(), per_channel=st.booleans(), seed=st.integers(0, 2**16))
+       min_size=3, max_size=3), signed=st.booleans(), per_channel=st.booleans(), seed=st.integers(0, 2**16),
+       contrib=st.booleans())
 def test_hand_written_qdq_chains_group_into_units_and_equal_onnx_runtime(scales: list[float], points: list[int],
                                                                         signed: bool, per_channel: bool,
-                                                                        seed: int) -> None:
+                                                                        seed: int, contrib: bool) -> None:
     """x → Q → [DQ → Conv(DQ(w)) → Q] → [DQ → Relu → Q] → DQ → y: two node units, one standalone Q and DQ;
-    the imported model runs exactly as ONNX Runtime runs the file, on 1-byte tensors between the units."""
+    the imported model runs exactly as ONNX Runtime runs the file, on 1-byte tensors between the units.
+    ``contrib``: every Q and DQ in ONNX Runtime's domain (``UseQDQContribOps``), the same units."""
     rng = np.random.default_rng(seed)
     dtype = np.int8 if signed else np.uint8
     zero = [np.array(p - 128 if signed else p, dtype) for p in points]
@@ -284,9 +292,15 @@ def test_hand_written_qdq_chains_group_into_units_and_equal_onnx_runtime(scales:
              helper.make_node("Relu", ["f1"], ["r"], name="relu"),
              helper.make_node("QuantizeLinear", ["r", "s2", "z2"], ["q2"]),
              helper.make_node("DequantizeLinear", ["q2", "s2", "z2"], ["y"])]
-    source = _graph(nodes, inits)
+    if contrib:
+        for node in nodes:
+            if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+                node.domain = "com.microsoft"
+    source = _graph(nodes, inits, {"": 17, "com.microsoft": 1} if contrib else None)
     model = import_model(source)
     assert [layer.op for layer in model.compute_layers] == ["QuantizeLinear", "Conv", "Relu", "DequantizeLinear"]
+    assert {layer.domain for layer in model.compute_layers if layer.qdq is None} == \
+        {"com.microsoft" if contrib else ""}
     conv, relu = model.layer("conv"), model.layer("relu")
     assert conv.qdq is not None and relu.qdq is not None and conv.qdq.quantize is not None
     assert [d is not None for d in conv.qdq.dequantize] == [True, True]
@@ -325,7 +339,7 @@ CONTRIB_CASES: dict[str, tuple[list[onnx.NodeProto], list[onnx.TensorProto]]] = 
 def test_every_supported_onnx_runtime_op_imports_and_runs_as_onnx_runtime_runs_it(op: str) -> None:
     from sbrs.model.cnn import CONTRIB_LAYER_TYPES
 
-    assert set(CONTRIB_CASES) == set(CONTRIB_LAYER_TYPES)
+    assert set(CONTRIB_CASES) == set(CONTRIB_LAYER_TYPES) - {"QuantizeLinear", "DequantizeLinear"}  # below
     nodes, inits = CONTRIB_CASES[op]
     inits = [*SCALE, numpy_helper.from_array(np.array(0.1, np.float32), "s2"), *inits]
     source = _graph([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), *nodes,
@@ -339,3 +353,20 @@ def test_every_supported_onnx_runtime_op_imports_and_runs_as_onnx_runtime_runs_i
     want = _run(source, frame)
     assert model.tensors[model.graph_outputs[0]].shape == want.shape
     assert np.array_equal(_run(to_onnx(model), frame), want)
+
+
+@pytest.mark.parametrize("element", [TensorProto.INT4, TensorProto.UINT4, TensorProto.FLOAT8E4M3FN])
+def test_four_bit_and_eight_bit_float_tensors_are_refused_in_one_line_naming_the_tensor(element: int,
+                                                                                         tmp_path: Path) -> None:
+    """onnxruntime.quantization writes 4-bit weights (``weight_type=QuantType.QInt4``) as int4 initializers read by
+    com.microsoft DequantizeLinear: the plan counts bytes by numpy element size, so such a tensor is refused by
+    name before any op is looked at."""
+    weights = helper.make_tensor("w4", element, [4, 4, 1, 1], [1] * 16)
+    nodes = [helper.make_node("DequantizeLinear", ["w4", "s"], ["w"], name="dq", domain="com.microsoft"),
+             helper.make_node("Conv", ["x", "w"], ["y"], name="conv")]
+    path = tmp_path / "m.onnx"
+    onnx.save(_graph(nodes, [weights, SCALE[0]], {"": 21, "com.microsoft": 1}), path)
+    kind = TensorProto.DataType.Name(element).lower()
+    with pytest.raises(InputError, match=rf"m\.onnx: tensor 'w4' is {kind}: sbrs runs tensors of numpy's types") as error:
+        import_onnx(path)
+    assert "\n" not in str(error.value)

@@ -29,7 +29,8 @@ from tests.runtime.conftest import References, assert_equivalent, assert_switch_
 
 QUANTIZED = Path(__file__).resolve().parents[1] / "data" / "torchvision" / "quantized"
 TORCHVISION = QUANTIZED.parent
-INTEGER = ("qdq-per-tensor-u8", "qdq-per-channel-u8", "qdq-per-channel-s8", "qoperator", "dynamic")
+INTEGER = ("qdq-per-tensor-u8", "qdq-per-channel-u8", "qdq-per-channel-s8", "qdq-contrib-u8", "qdq-contrib-u16",
+           "qoperator", "dynamic")
 FLOAT_IO_FP16 = ("fp16-onnxconverter", "fp16-ort")
 HALF_IO_FP16 = ("fp16-onnxconverter-half-io", "fp16-ort-half-io")
 
@@ -181,13 +182,15 @@ def test_the_plan_holds_quantized_tensors_at_their_own_size_and_each_weight_once
     assert quantized == {s: params_bytes([mobilenet_app.models[s]]) for s in INTEGER}
 
 
-@pytest.mark.parametrize("form", ["qdq-per-tensor-u8", "qdq-per-channel-u8", "qdq-per-channel-s8"])
+@pytest.mark.parametrize("form", ["qdq-per-tensor-u8", "qdq-per-channel-u8", "qdq-per-channel-s8", "qdq-contrib-u8",
+                                  "qdq-contrib-u16"])
 def test_processing_by_parts_runs_quantized_layers_by_bands(quantized_zoo: Callable[..., Path], tmp_path: Path,
                                                             form: str) -> None:
     """A QDQ node unit runs by bands like its float op (each band call holds the Q/DQ nodes, ONNX Runtime fuses
     them into its integer kernel there; the line buffers hold the quantized tensors): 1-row bands everywhere and
     every block tiled, each equal to ONNX Runtime on the file. float16 layers still run whole: a band boundary
-    would round what ONNX Runtime keeps in float32."""
+    would round what ONNX Runtime keeps in float32; so do 16-bit QDQ units, which ONNX Runtime runs in float32
+    (``sbrs.reduction.rows.is_row_local``)."""
     from sbrs.compile.parts import executable_bands
     from sbrs.reduction import maximal_bands
     from sbrs.reduction.rows import layer_height
@@ -198,14 +201,19 @@ def test_processing_by_parts_runs_quantized_layers_by_bands(quantized_zoo: Calla
     int8 = fold_model(app.models["int8"])
     bands = executable_bands(int8, {layer.name: 1 for layer in int8.compute_layers})
     quantized = [layer for layer in int8.compute_layers if layer.qdq is not None and layer.op == "Conv"]
-    assert quantized and all(bands[layer.name] < layer_height(layer) for layer in quantized)
     refs = References(app)
     frame = random_frame(app, 5)
+    if form.endswith("u16"):  # ONNX Runtime runs 16-bit units in float32: whole, as float16 layers (below)
+        assert quantized and all(bands[layer.name] == layer_height(layer) for layer in quantized)
+        with Runtime.from_models({"int8": int8}, {"int8": maximal_bands(int8)}) as runtime:
+            assert_equivalent(runtime.infer(frame), refs.outputs("int8", frame), f"{form} by parts")
+        return
+    assert quantized and all(bands[layer.name] < layer_height(layer) for layer in quantized)
     tiles = {"int8": [(group, 1) for group in tile_groups(int8)]}
     for label, kwargs in (("1-row bands", {}), ("tiles", {"tiles": tiles})):
         with Runtime.from_models({"int8": int8}, {"int8": maximal_bands(int8)}, **kwargs) as runtime:
             parts = runtime.plan.scenarios["int8"]  # type: ignore[union-attr]
-            assert len(parts.calls) > 20 and any(b.dtype in ("uint8", "int8") and b.layout == "rows"
+            assert len(parts.calls) > 20 and any(b.dtype in ("uint8", "int8", "uint16") and b.layout == "rows"
                                                  for b in parts.buffers)
             assert_equivalent(runtime.infer(frame), refs.outputs("int8", frame), f"{form} by parts, {label}")
     fp16 = _app(tmp_path, "by-parts-half", {"fp16": quantized_zoo("resnet18", "fp16-ort")}).models["fp16"]
