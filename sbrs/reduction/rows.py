@@ -46,10 +46,14 @@ __all__ = [
 ROWWISE_OPS: frozenset[str] = frozenset({
     "Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "BatchNormalization",
     "Identity", "Dropout", "Add", "Sub", "Mul", "Div", "Concat",
+    # the QOperator form (ONNX Runtime's com.microsoft ops): per-tensor scales and zero points, row by row
+    "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu",
+    # a QuantizeLinear or DequantizeLinear of no QDQ unit (the graph input's, the dequantized output)
+    "QuantizeLinear", "DequantizeLinear",
 })
 
 #: Operators with a sliding window along the height (Table 2.1 attributes kh, s, pad, dilation).
-WINDOW_OPS: frozenset[str] = frozenset({"Conv", "MaxPool", "AveragePool"})
+WINDOW_OPS: frozenset[str] = frozenset({"Conv", "MaxPool", "AveragePool", "QLinearConv"})
 
 
 def tensor_rows(shape: tuple[int, ...]) -> int:
@@ -192,6 +196,9 @@ def layer_row_maps(model: CnnModel, layer: Layer) -> dict[str, RowMap]:
     if layer.op in ROWWISE_OPS:
         if layer.op == "Concat" and int(layer.attributes.get("axis", 1)) % 4 == 2:
             return whole
+        if layer.op in ("QuantizeLinear", "DequantizeLinear") and int(layer.attributes.get("axis", 1)) % 4 == 2 \
+                and any(len(param.shape) == 1 and param.shape[0] > 1 for param in layer.params):
+            return whole  # a scale per row
         if any(len(param.shape) >= 2 and param.shape[-2] > 1 for param in layer.params):
             return whole  # a constant that differs from row to row (``Mul(x, c)``, c [1, 1, H, 1]): no bands
         maps = {}

@@ -183,11 +183,12 @@ def test_the_plan_holds_quantized_tensors_at_their_own_size_and_each_weight_once
 
 
 @pytest.mark.parametrize("form", ["qdq-per-tensor-u8", "qdq-per-channel-u8", "qdq-per-channel-s8", "qdq-contrib-u8",
-                                  "qdq-contrib-u16"])
+                                  "qdq-contrib-u16", "qoperator"])
 def test_processing_by_parts_runs_quantized_layers_by_bands(quantized_zoo: Callable[..., Path], tmp_path: Path,
                                                             form: str) -> None:
     """A QDQ node unit runs by bands like its float op (each band call holds the Q/DQ nodes, ONNX Runtime fuses
-    them into its integer kernel there; the line buffers hold the quantized tensors): 1-row bands everywhere and
+    them into its integer kernel there; the line buffers hold the quantized tensors), and so does the QOperator
+    form's QLinearConv (ONNX Runtime pads with the zero point in a band as whole): 1-row bands everywhere and
     every block tiled, each equal to ONNX Runtime on the file. float16 layers still run whole: a band boundary
     would round what ONNX Runtime keeps in float32; so do 16-bit QDQ units, which ONNX Runtime runs in float32
     (``sbrs.reduction.rows.is_row_local``)."""
@@ -200,7 +201,8 @@ def test_processing_by_parts_runs_quantized_layers_by_bands(quantized_zoo: Calla
     app = _app(tmp_path, "by-parts", {"int8": quantized_zoo("mobilenet_v2", form)})
     int8 = fold_model(app.models["int8"])
     bands = executable_bands(int8, {layer.name: 1 for layer in int8.compute_layers})
-    quantized = [layer for layer in int8.compute_layers if layer.qdq is not None and layer.op == "Conv"]
+    quantized = [layer for layer in int8.compute_layers
+                 if (layer.qdq is not None and layer.op == "Conv") or layer.op == "QLinearConv"]
     refs = References(app)
     frame = random_frame(app, 5)
     if form.endswith("u16"):  # ONNX Runtime runs 16-bit units in float32: whole, as float16 layers (below)
