@@ -42,8 +42,8 @@ class Bound:
     """A plan bound to one arena: per scenario, its steps in order (``calls``), the frame's copy-in and the
     outputs' copy-outs; what each step runs (``steps``: unit ids or call keys); and the bytes really bound:
     ``accesses[(scenario, step)]`` (reads, writes; step 1-based), ``copy_out_reads[scenario]``, ``ranges``
-    (every range bound, in binding order). ``sessions``: sessions made while binding (GPU copies);
-    ``operands``: the small int64 arrays edge calls are bound to (``sbrs.compile.parts_plan.edge_operands``)."""
+    (every range bound, in binding order). ``operands``: the small int64 arrays edge calls are bound to
+    (``sbrs.compile.parts_plan.edge_operands``)."""
 
     calls: dict[str, tuple[Step, ...]] = field(default_factory=dict)
     copy_in: dict[str, Callable[[np.ndarray], None]] = field(default_factory=dict)
@@ -52,7 +52,6 @@ class Bound:
     accesses: dict[tuple[str, int], tuple[list[Range], list[Range]]] = field(default_factory=dict)
     copy_out_reads: dict[str, list[Range]] = field(default_factory=dict)
     ranges: list[Range] = field(default_factory=list)
-    sessions: dict[str, ort.InferenceSession] = field(default_factory=dict)
     operands: dict[tuple[int, ...], np.ndarray] = field(default_factory=dict)
 
     def step_accesses(self) -> dict[str, tuple[StepAccess, ...]]:
@@ -69,7 +68,7 @@ class Bound:
 
 
 def bind_units(plan: UnitPlan, sessions: Mapping[str, ort.InferenceSession], arena: ArenaMemory, device: str,
-               providers: tuple[str, ...], input_name: str, run_options: ort.RunOptions,
+               input_name: str, run_options: ort.RunOptions,
                offsets: Mapping[str, int] | None = None) -> Bound:
     """Every (scenario, unit) of ``plan`` bound once to its arena slots, and the frame I/O.
 

@@ -274,13 +274,11 @@ class Runtime:
         if by_parts:
             bound = bind_parts(plan, self._sessions, self._arena, self._run_options)
         else:
-            bound = bind_units(plan, self._sessions, self._arena, self.device, self.providers, config.input.name,
-                               self._run_options)
+            bound = bind_units(plan, self._sessions, self._arena, self.device, config.input.name, self._run_options)
         new: Bound = bound
         if program.shadow is not None:  # a transition's new frame: the same sessions bound to the shadow slots
-            new = bind_units(plan, self._sessions, self._arena, self.device, self.providers, config.input.name,
-                             self._run_options, offsets=program.shadow)
-        self._sessions.update(bound.sessions)
+            new = bind_units(plan, self._sessions, self._arena, self.device, config.input.name, self._run_options,
+                             offsets=program.shadow)
         self._bound, self._new_bound = bound, new
         self._bound_ranges = [*bound.ranges, *(new.ranges if new is not bound else ())]
         self._calls, self._copy_in, self._copy_out = bound.calls, bound.copy_in, bound.copy_out
@@ -294,7 +292,7 @@ class Runtime:
                 if by_parts:
                     return bind_parts(plan, self._sessions, arena, self._run_options,  # type: ignore[arg-type]
                                       record_accesses=False)
-                return bind_units(plan, self._sessions, arena, self.device, self.providers,  # type: ignore[arg-type]
+                return bind_units(plan, self._sessions, arena, self.device,  # type: ignore[arg-type]
                                   config.input.name, self._run_options)
 
             self._streams = Streams(streams, bound, self._arena, plan.arena_bytes, plan.alignment, bind,
