@@ -93,15 +93,19 @@ def device_copy(pointer: int, shape: tuple[int, ...], dtype: np.dtype, *, to_dev
     Why not an ONNX Runtime session: an Identity model with its input bound to host memory and its output to
     the device slot left the slot unwritten on onnxruntime-gpu 1.31 (H100: every output of every example app
     wrong, ``benchmarks/gpu_check.py``), and ORT's Python API has no copy into an address it did not allocate.
-    ``cudaMemcpy`` on pageable host memory returns once the copy is done, and every ORT call has synchronised
-    its stream before it returns, so the copies are ordered with the calls as on the CPU arena.
+    A copy out of the device returns once it is done; a copy in from pageable memory may return once the bytes
+    are staged, before the DMA lands, so it waits for the default stream too (ONNX Runtime's stream need not
+    be ordered after it). Every ORT call has synchronised its own stream before it returns, so the copies are
+    ordered with the calls as on the CPU arena.
     """
-    copy = cuda_runtime().cudaMemcpy
+    runtime = cuda_runtime()
+    copy, wait = runtime.cudaMemcpy, runtime.cudaStreamSynchronize
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if to_device:
         def copy_in(array: np.ndarray) -> None:
             host = np.ascontiguousarray(array, dtype=dtype)
             _check_cuda(copy(pointer, host.ctypes.data, nbytes, CUDA_HOST_TO_DEVICE), "copying a frame in")
+            _check_cuda(wait(None), "waiting for a frame's copy")
 
         return copy_in
 
@@ -132,6 +136,8 @@ def cuda_runtime() -> ctypes.CDLL:
     library = ctypes.CDLL(path)
     library.cudaMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     library.cudaMemcpy.restype = ctypes.c_int
+    library.cudaStreamSynchronize.argtypes = [ctypes.c_void_p]
+    library.cudaStreamSynchronize.restype = ctypes.c_int
     return library
 
 
