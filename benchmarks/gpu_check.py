@@ -1,6 +1,9 @@
 """The GPU path, checked on a machine that has one: example apps run on ONNX Runtime's CUDA provider, each
 scenario's output against ONNX Runtime running the scenario's own model on the same provider (and on the CPU),
-switches between every pair of scenarios, frame time against plain ONNX Runtime, and the GPU memory each holds.
+switches between every pair of scenarios (at a frame boundary, and by a request as the old frame's first step
+starts), frame time against plain ONNX Runtime, the GPU memory each holds, and every output again under the
+other ways to run an app (``VARIANTS``: the shared transition arena, ``on_switch`` cancel and resume, two
+streams).
 
 CI has no GPU: this script is run by hand where ``onnxruntime-gpu`` sees one (the project's tests never need
 it). For each app a copy of its YAML with ``runtime.providers: [PROVIDER]`` is written beside it, built with
@@ -34,10 +37,11 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD = "import sys; from sbrs.cli import main; sys.exit(main())"
 
 
-def gpu_copy(app: Path, provider: str, suffix: str = "gpu-check") -> Path:
-    """A copy of ``app`` beside it whose sessions run on ``provider``."""
+def gpu_copy(app: Path, provider: str, suffix: str = "gpu-check", runtime: dict[str, Any] | None = None) -> Path:
+    """A copy of ``app`` beside it whose sessions run on ``provider`` (and ``runtime`` settings set)."""
     data = yaml.safe_load(app.read_text())
     data.setdefault("runtime", {})["providers"] = [provider]
+    data["runtime"].update(runtime or {})
     copy = app.with_name(f"{app.stem}-{suffix}.yaml")
     copy.write_text(yaml.safe_dump(data, sort_keys=False))
     return copy
@@ -61,6 +65,64 @@ def reference_sessions(app: Any, providers: list[str]) -> dict[str, Any]:
 
     return {name: ort.InferenceSession(to_onnx(app.model(name)).SerializeToString(), providers=providers)
             for name in app.config.scenario_names}
+
+
+#: Other ways to run an app whose every output is checked too: ``runtime_for`` options, or app.yaml ``runtime``
+#: settings (a copy of its own).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "transition_arena: shared": {"options": {"transition_arena": "shared"}},
+    "on_switch: cancel": {"options": {"on_switch": "cancel"}},
+    "on_switch: resume": {"options": {"on_switch": "resume"}},
+    "streams: 2": {"runtime": {"streams": 2}},
+}
+
+
+def gaps_of(result: Any, references: dict[str, Any], input_name: str, frame: np.ndarray) -> float:
+    """The largest relative gap of a ``FrameResult`` to ORT running its scenario's model on ``frame``."""
+    session = references[result.scenario]
+    want = session.run(None, {input_name: frame})
+    return max(relative_gap(result.outputs[o.name], w) for o, w in zip(session.get_outputs(), want, strict=True))
+
+
+def mid_frame_switches(runtime: Any, references: dict[str, Any], input_name: str, frame: np.ndarray) -> list[float]:
+    """Every ordered pair switched by a request that arrives as the old frame's first step starts (the bench's
+    ``inject`` hook), two frames streamed: each result against ORT on the scenario it says it ran on."""
+    gaps = []
+    for old in runtime.scenarios:
+        for new in runtime.scenarios:
+            if old != new:
+                runtime.switch(old)
+                runtime.infer(frame)
+                gaps.extend(gaps_of(result, references, input_name, frame)
+                            for result in runtime._process(iter([frame, frame]), inject=(1, new)))
+    return gaps
+
+
+def check_variants(copy: Path, references: dict[str, Any], input_name: str, frame: np.ndarray) -> dict[str, Any]:
+    """Each of ``VARIANTS``: its largest gap over every scenario (streamed frames) and every mid-frame switch."""
+    from sbrs import runtime_for
+
+    result: dict[str, Any] = {}
+    for label, variant in VARIANTS.items():
+        path = copy
+        if "runtime" in variant:
+            path = gpu_copy(copy, yaml.safe_load(copy.read_text())["runtime"]["providers"][0], "variant",
+                            variant["runtime"])
+        try:
+            with runtime_for(path, **variant.get("options", {})) as runtime:
+                gaps = []
+                for name in runtime.scenarios:
+                    runtime.switch(name)
+                    gaps.extend(gaps_of(r, references, input_name, frame) for r in runtime.process([frame] * 4))
+                if "runtime" not in variant:  # streams: a switch waits for a free stream, checked above
+                    gaps.extend(mid_frame_switches(runtime, references, input_name, frame))
+                result[label] = {"frames": len(gaps), "max_gap": max(gaps, default=0.0)}
+        except Exception as exc:  # one variant's failure is reported beside the others
+            result[label] = {"error": f"{type(exc).__name__}: {exc}"[-400:]}
+        finally:
+            if path != copy:
+                remove_copy(path)
+    return result
 
 
 def check_app(app_path: Path, provider: str, frames: int, repeats: int) -> dict[str, Any]:
@@ -108,6 +170,7 @@ def check_app(app_path: Path, provider: str, frames: int, repeats: int) -> dict[
                     outputs = [o.name for o in on_gpu[new].get_outputs()]
                     want = on_gpu[new].run(None, {input_name: frame})
                     switch_gaps.append(max(relative_gap(got[o], w) for o, w in zip(outputs, want, strict=True)))
+            switch_gaps.extend(mid_frame_switches(runtime, on_gpu, input_name, frame))
             row["switch_pairs"] = len(switch_gaps)
             row["switch_max_gap"] = max(switch_gaps, default=0.0)
             for name in runtime.scenarios:
@@ -129,6 +192,7 @@ def check_app(app_path: Path, provider: str, frames: int, repeats: int) -> dict[
             row["granularity"] = runtime.facts().get("granularity")
             row["arena_bytes"] = runtime.arena_bytes
         row["gpu_memory_mib"] = {who: gpu_memory_of_child(copy, who) for who in ("sbrs", "ort")}
+        row["variants"] = check_variants(copy, on_gpu, input_name, frame)
     except Exception as exc:  # a check reports what broke and goes on with the next app
         row["error"] = f"{type(exc).__name__}: {exc}"[-800:]
     finally:
@@ -201,7 +265,8 @@ def main() -> int:
         rows.append(row)
         print(json.dumps(row), flush=True)
     failed = [r["app"] for r in rows if "error" in r or r.get("switch_max_gap", 1.0) > args.tolerance
-              or any(s["gap_to_ort_same_provider"] > args.tolerance for s in r.get("scenarios", {}).values())]
+              or any(s["gap_to_ort_same_provider"] > args.tolerance for s in r.get("scenarios", {}).values())
+              or any(v.get("max_gap", 1.0) > args.tolerance for v in r.get("variants", {}).values())]
     print(json.dumps({"failed": failed}))
     return 1 if failed else 0
 
