@@ -77,11 +77,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
-def gaps_of(result: Any, references: dict[str, Any], input_name: str, frame: np.ndarray) -> float:
-    """The largest relative gap of a ``FrameResult`` to ORT running its scenario's model on ``frame``."""
-    session = references[result.scenario]
+def outputs_gap(outputs: dict[str, np.ndarray], session: Any, input_name: str, frame: np.ndarray) -> float:
+    """The largest relative gap of ``outputs`` to ``session`` (plain ORT on the scenario's model) on ``frame``."""
     want = session.run(None, {input_name: frame})
-    return max(relative_gap(result.outputs[o.name], w) for o, w in zip(session.get_outputs(), want, strict=True))
+    return max(relative_gap(outputs[o.name], w) for o, w in zip(session.get_outputs(), want, strict=True))
+
+
+def gaps_of(result: Any, references: dict[str, Any], input_name: str, frame: np.ndarray) -> float:
+    """The largest relative gap of a ``FrameResult`` to ORT running the scenario it ran on."""
+    return outputs_gap(result.outputs, references[result.scenario], input_name, frame)
 
 
 def mid_frame_switches(runtime: Any, references: dict[str, Any], input_name: str, frame: np.ndarray) -> list[float]:
@@ -98,7 +102,8 @@ def mid_frame_switches(runtime: Any, references: dict[str, Any], input_name: str
     return gaps
 
 
-def check_variants(copy: Path, references: dict[str, Any], input_name: str, frame: np.ndarray) -> dict[str, Any]:
+def check_variants(copy: Path, provider: str, references: dict[str, Any], input_name: str,
+                   frame: np.ndarray) -> dict[str, Any]:
     """Each of ``VARIANTS``: its largest gap over every scenario (streamed frames) and every mid-frame switch."""
     from sbrs import runtime_for
 
@@ -106,8 +111,7 @@ def check_variants(copy: Path, references: dict[str, Any], input_name: str, fram
     for label, variant in VARIANTS.items():
         path = copy
         if "runtime" in variant:
-            path = gpu_copy(copy, yaml.safe_load(copy.read_text())["runtime"]["providers"][0], "variant",
-                            variant["runtime"])
+            path = gpu_copy(copy, provider, "variant", variant["runtime"])
         try:
             with runtime_for(path, **variant.get("options", {})) as runtime:
                 gaps = []
@@ -150,14 +154,8 @@ def check_app(app_path: Path, provider: str, frames: int, repeats: int) -> dict[
             for name in runtime.scenarios:
                 runtime.switch(name)
                 got = runtime.infer(frame)
-                want_gpu = on_gpu[name].run(None, {input_name: frame})
-                want_cpu = on_cpu[name].run(None, {input_name: frame})
-                outputs = [o.name for o in on_gpu[name].get_outputs()]
-                row["scenarios"][name] = {
-                    "gap_to_ort_same_provider": max(relative_gap(got[o], w)
-                                                    for o, w in zip(outputs, want_gpu, strict=True)),
-                    "gap_to_ort_cpu": max(relative_gap(got[o], w) for o, w in zip(outputs, want_cpu, strict=True)),
-                }
+                row["scenarios"][name] = {"gap_to_ort_same_provider": outputs_gap(got, on_gpu[name], input_name, frame),
+                                          "gap_to_ort_cpu": outputs_gap(got, on_cpu[name], input_name, frame)}
             switch_gaps = []
             for old in runtime.scenarios:
                 for new in runtime.scenarios:
@@ -166,10 +164,7 @@ def check_app(app_path: Path, provider: str, frames: int, repeats: int) -> dict[
                     runtime.switch(old)
                     runtime.infer(frame)
                     runtime.switch(new)
-                    got = runtime.infer(frame)
-                    outputs = [o.name for o in on_gpu[new].get_outputs()]
-                    want = on_gpu[new].run(None, {input_name: frame})
-                    switch_gaps.append(max(relative_gap(got[o], w) for o, w in zip(outputs, want, strict=True)))
+                    switch_gaps.append(outputs_gap(runtime.infer(frame), on_gpu[new], input_name, frame))
             switch_gaps.extend(mid_frame_switches(runtime, on_gpu, input_name, frame))
             row["switch_pairs"] = len(switch_gaps)
             row["switch_max_gap"] = max(switch_gaps, default=0.0)
@@ -192,7 +187,7 @@ def check_app(app_path: Path, provider: str, frames: int, repeats: int) -> dict[
             row["granularity"] = runtime.facts().get("granularity")
             row["arena_bytes"] = runtime.arena_bytes
         row["gpu_memory_mib"] = {who: gpu_memory_of_child(copy, who) for who in ("sbrs", "ort")}
-        row["variants"] = check_variants(copy, on_gpu, input_name, frame)
+        row["variants"] = check_variants(copy, provider, on_gpu, input_name, frame)
     except Exception as exc:  # a check reports what broke and goes on with the next app
         row["error"] = f"{type(exc).__name__}: {exc}"[-800:]
     finally:
@@ -215,20 +210,17 @@ def child(who: str, copy: Path) -> None:
 
     app = load_app(copy)
     frame = np.random.default_rng(0).standard_normal(tuple(app.config.input.shape)).astype(np.float32)
-    keep: list[Any] = []
-    if who == "sbrs":
+    if who == "sbrs":  # what runs stays alive until the query below
         from sbrs import runtime_for
 
         runtime = runtime_for(copy)
         for name in runtime.scenarios:
             runtime.switch(name)
             runtime.infer(frame)
-        keep.append(runtime)
     else:
-        sessions = reference_sessions(app, [load_app(copy).config.runtime.providers[0], "CPUExecutionProvider"])
+        sessions = reference_sessions(app, [app.config.runtime.providers[0], "CPUExecutionProvider"])
         for session in sessions.values():
             session.run(None, {app.config.input.name: frame})
-        keep.append(sessions)
     query = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
                            capture_output=True, text=True).stdout
     for line in query.splitlines():

@@ -45,7 +45,7 @@ class Streams:
     size (``bind_parts``, or ``bind_units`` without shadow slots), on ``device`` as the first."""
 
     def __init__(self, count: int, first: Bound, first_arena: ArenaMemory, arena_bytes: int, alignment: int,
-                 bind: Callable[[ArenaMemory], Bound], device: str = "cpu") -> None:
+                 bind: Callable[[ArenaMemory], Bound], device: str) -> None:
         self.arenas = [first_arena]
         self.bounds = [first]
         for _ in range(1, count):
