@@ -684,8 +684,6 @@ class Runtime:
             if self._worker is not None:
                 self._worker.shutdown(wait=True)
                 self._worker = None
-            if self._streams is not None:
-                self._streams.close()
             self._calls.clear()
             self._copy_in.clear()
             self._copy_out.clear()

@@ -5,7 +5,10 @@ A band call is too small for a pool of threads (its fork and join cost more than
 band streams (``sbrs.reduction.ga.with_streams``: the plan counts the buffers once per stream), the runtime
 binds every call a second time, to an arena of its own, and ``Runtime.process`` keeps two frames in flight,
 each on its own stream and worker thread; ONNX Runtime releases the GIL inside a call, and a session runs
-calls of several threads at once. MobileNetV2 1.0@224 at 15.7 MB: 5.9-6.0 ms a frame on two streams against
+calls of several threads at once. Each worker takes the caller's next frame itself when it is free
+(``_Feeder``): a stream never idles while the caller's thread wakes, yields a result and hands it the next
+frame (pamap2's 0.1 ms frames: 0.95-1.28 of plain ONNX Runtime's best on two streams that way, against 0.65-0.85
+when a thread pool was handed each frame). MobileNetV2 1.0@224 at 15.7 MB: 5.9-6.0 ms a frame on two streams against
 10.3-10.9 ms on one (docs/MEASUREMENTS.md). Execution units do the same where the app asks for it
 (``runtime.streams: 2``): their sessions then have one thread each, as plain ONNX Runtime's "two frames at
 once" has, which beats a two-thread session on models whose layers parallelise poorly (detect, pamap2).
@@ -21,17 +24,17 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from queue import SimpleQueue
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sbrs.errors import InputError, SbrsRuntimeError
+from sbrs.errors import SbrsRuntimeError
 from sbrs.runtime.binding import Bound
 from sbrs.runtime.device import ArenaMemory
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future, ThreadPoolExecutor
-
     from sbrs.runtime.control_node import SwitchRequest
     from sbrs.runtime.engine import Frame, FrameResult, Runtime
 
@@ -40,9 +43,9 @@ Computed = tuple[dict[str, np.ndarray], float, float]
 
 
 class Streams:
-    """Every stream's arena and bound steps (stream 0 is the runtime's own), a lock per stream and the worker
-    threads that run the frames. ``bind(arena)`` binds every step of the plan to another arena of the same
-    size (``bind_parts``, or ``bind_units`` without shadow slots), on ``device`` as the first."""
+    """Every stream's arena and bound steps (stream 0 is the runtime's own) and a lock per stream.
+    ``bind(arena)`` binds every step of the plan to another arena of the same size (``bind_parts``, or
+    ``bind_units`` without shadow slots), on ``device`` as the first."""
 
     def __init__(self, count: int, first: Bound, first_arena: ArenaMemory, arena_bytes: int, alignment: int,
                  bind: Callable[[ArenaMemory], Bound], device: str) -> None:
@@ -53,7 +56,6 @@ class Streams:
             self.arenas.append(arena)
             self.bounds.append(bind(arena))
         self.locks = [threading.Lock() for _ in self.bounds]
-        self._pool: ThreadPoolExecutor | None = None
 
     @property
     def count(self) -> int:
@@ -62,13 +64,6 @@ class Streams:
     @property
     def nbytes(self) -> int:
         return sum(int(a.nbytes) for a in self.arenas)
-
-    def submit(self, stream: int, scenario: str, arrays: Mapping[str, np.ndarray]) -> Future[Computed]:
-        if self._pool is None:  # started with the first frame: a runtime only ever used by ``infer`` has none
-            from concurrent.futures import ThreadPoolExecutor  # only runs on streams import it
-
-            self._pool = ThreadPoolExecutor(max_workers=self.count, thread_name_prefix="sbrs-stream")
-        return self._pool.submit(self._run, stream, scenario, arrays)
 
     def _run(self, stream: int, scenario: str, arrays: Mapping[str, np.ndarray]) -> Computed:
         bound = self.bounds[stream]
@@ -81,71 +76,159 @@ class Streams:
             outputs = {name: copy() for name, copy in bound.copy_out[scenario].items()}
             return outputs, begin, time.perf_counter()
 
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+
+@dataclass
+class _Taken:
+    """A frame a stream took: its index in the stream of frames, its scenario, the switch request it was the
+    first frame of (and the scenario before), the stream, and what the stream computed (or the error it raised)
+    once it has."""
+
+    index: int
+    scenario: str
+    request: SwitchRequest | None
+    previous: str
+    stream: int
+    arrays: Mapping[str, np.ndarray] | None  # the frame, until the stream has run it
+    computed: Computed | BaseException | None = None
+
+
+class _Feeder:
+    """The caller's frames, handed to the streams' workers one at a time: each worker takes its next frame
+    itself the moment it is free, so a stream never waits for the caller's thread to hand it one (two wake-ups
+    and the caller's own work per frame: on pamap2's 0.1 ms frames two streams ran no faster than one that
+    way). At most ``slots`` frames are taken and not yet given to the caller, so workers never run ahead of a
+    slow caller by more than that. Taking a frame checks it and takes the switch request for it
+    (``Runtime._take_request``), as the one-stream loop does when a frame starts."""
+
+    def __init__(self, runtime: Runtime, frames: Iterable[Frame], slots: int) -> None:
+        self.runtime = runtime
+        self.source = iter(frames)
+        self.slots = slots
+        self.condition = threading.Condition()
+        self.taken: dict[int, _Taken] = {}  # taken, not yet given to the caller
+        self.next_index = 0
+        self.stopped = False
+        self.error: BaseException | None = None  # the malformed frame's (or the source's) error, raised in turn
+
+    def take(self, stream: int) -> _Taken | None:
+        """The next frame for ``stream``, or None when there is none to take (the frames ended, one was bad, or
+        the caller stopped)."""
+        runtime = self.runtime
+        with self.condition:
+            while len(self.taken) >= self.slots and not self.stopped:
+                self.condition.wait()
+            if self.stopped or self.error is not None:
+                return None
+            try:
+                frame = next(self.source, None)
+                if frame is None:
+                    self.stopped = True
+                    return None
+                arrays = runtime._checked_frame(frame)
+            except BaseException as error:  # raised to the caller after the frames before it
+                self.error = error
+                return None
+            with runtime._lock:
+                if runtime._closed:
+                    self.error = SbrsRuntimeError("the runtime is closed")
+                    return None
+                previous, request, scenario = runtime._take_request()
+            if request is not None:
+                runtime.node.begin(request)
+            taken = self.taken[self.next_index] = _Taken(self.next_index, scenario, request, previous, stream, arrays)
+            self.next_index += 1
+            return taken
+
+    def given(self, taken: _Taken) -> None:
+        """``taken``'s result went to the caller (or was counted): its slot is free."""
+        with self.condition:
+            del self.taken[taken.index]
+            self.condition.notify()
+
+    def stop(self) -> None:
+        with self.condition:
+            self.stopped = True
+            self.condition.notify_all()
 
 
 def process_in_streams(runtime: Runtime, streams: Streams, frames: Iterable[Frame],
                        order: str) -> Iterator[FrameResult]:
-    """``Runtime.process`` on streams: up to one frame in flight per stream, each frame's scenario (and
-    any switch request) taken when it starts, results yielded one per frame in ``order``. A malformed frame
-    raises ``InputError`` after the frames before it were yielded; frames still in flight when the caller
-    stops are finished and counted."""
-    from concurrent.futures import FIRST_COMPLETED, wait
+    """``Runtime.process`` on streams: a worker thread per stream takes the caller's next frame when it is free
+    (``_Feeder``), each frame's scenario (and any switch request) taken when it starts; results are yielded one
+    per frame in ``order``. A malformed frame raises ``InputError`` after the frames before it were yielded;
+    frames still in flight when the caller stops are finished and counted."""
+    feeder = _Feeder(runtime, frames, slots=streams.count + 1)
+    done: SimpleQueue[_Taken | int] = SimpleQueue()  # a computed frame, or a worker's stream when it ends
 
-    source = iter(frames)
-    in_flight: list[tuple[Future[Computed], int, int, str, SwitchRequest | None, str]] = []
-    free = list(range(streams.count))
-    index = 0
-    ended = False
-    error: InputError | None = None
+    def work(stream: int) -> None:
+        try:
+            while (taken := feeder.take(stream)) is not None:
+                arrays, taken.arrays = taken.arrays, None
+                try:
+                    taken.computed = streams._run(stream, taken.scenario, arrays or {})
+                except BaseException as error:  # raised to the caller in its frame's turn
+                    taken.computed = error
+                    feeder.stop()
+                done.put(taken)
+        finally:
+            done.put(stream)
+
+    workers = [threading.Thread(target=work, args=(stream,), name=f"sbrs-stream-{stream}", daemon=True)
+               for stream in range(streams.count)]
+    for worker in workers:
+        worker.start()
+    running = len(workers)
+    arrived: dict[int, _Taken] = {}
+
+    def result_of(taken: _Taken) -> FrameResult:
+        del arrived[taken.index]
+        feeder.given(taken)
+        if isinstance(taken.computed, BaseException):
+            raise taken.computed
+        outputs, begin, end = taken.computed  # type: ignore[misc]
+        with runtime._lock:
+            return runtime._frame_result(taken.scenario, taken.index, outputs, begin, end, taken.request,
+                                         taken.previous)
+
     try:
         while True:
-            while free and not ended and error is None:
-                frame = next(source, None)
-                if frame is None:
-                    ended = True
-                    break
-                try:
-                    arrays = runtime._checked_frame(frame)
-                except InputError as bad:
-                    error = bad
-                    break
-                with runtime._lock:
-                    if runtime._closed:
-                        raise SbrsRuntimeError("the runtime is closed")
-                    previous, request, scenario = runtime._take_request()
-                stream = free.pop(0)
-                future = streams.submit(stream, scenario, arrays)
-                if request is not None:
-                    runtime.node.begin(request)
-                in_flight.append((future, index, stream, scenario, request, previous))
-                index += 1
-            if not in_flight:
-                if error is not None:
-                    raise error
-                return
-            item = in_flight[0]
-            if order == "completion" and not item[0].done():
+            with feeder.condition:
+                head = min(feeder.taken, default=None)
+                head_scenario = None if head is None else feeder.taken[head].scenario
+            if head is None:
+                if running == 0:
+                    if feeder.error is not None:
+                        raise feeder.error
+                    return
+            elif head in arrived:
+                yield result_of(arrived[head])
+                continue
+            elif order == "completion":
                 # only a switch's new frame passes the frame before it (``Runtime.process``): frames of one
                 # scenario come back in stream order even where the second stream finished first
-                done, _ = wait([f for f, *_ in in_flight], return_when=FIRST_COMPLETED)
-                passing = [i for i in in_flight if i[0] in done and i[3] != item[3]]
+                passing = [t for t in arrived.values() if t.scenario != head_scenario]
                 if passing:
-                    item = min(passing, key=lambda i: i[1])
-            in_flight.remove(item)
-            future, frame_index, stream, scenario, request, previous = item
-            outputs, begin, end = future.result()
-            free.append(stream)
-            with runtime._lock:
-                result = runtime._frame_result(scenario, frame_index, outputs, begin, end, request, previous)
-            yield result
+                    yield result_of(min(passing, key=lambda t: t.index))
+                    continue
+            item = done.get()
+            if isinstance(item, int):
+                running -= 1
+            else:
+                arrived[item.index] = item
     finally:
-        for future, frame_index, _, scenario, request, previous in in_flight:
-            outputs, begin, end = future.result()
-            with runtime._lock:
-                runtime._frame_result(scenario, frame_index, outputs, begin, end, request, previous)
+        feeder.stop()
+        while running:
+            item = done.get()
+            if isinstance(item, int):
+                running -= 1
+            else:
+                arrived[item.index] = item
+        for taken in sorted(arrived.values(), key=lambda t: t.index):  # finished in flight: counted
+            feeder.given(taken)
+            if not isinstance(taken.computed, BaseException):
+                outputs, begin, end = taken.computed  # type: ignore[misc]
+                with runtime._lock:
+                    runtime._frame_result(taken.scenario, taken.index, outputs, begin, end, taken.request,
+                                          taken.previous)
         with runtime._lock:
             runtime._settle()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import shutil
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -197,6 +198,48 @@ def test_a_malformed_frame_comes_after_the_frames_before_it(runtime: Runtime, ap
     assert_equivalent(runtime.infer(good[1]), refs.outputs("full", good[1]), "after the bad frame")
 
 
+def test_an_error_of_the_frame_source_comes_after_the_frames_before_it(runtime: Runtime, app: App,
+                                                                       refs: References) -> None:
+    """The streams' workers take the caller's frames; an error the caller's own iterator raises reaches the
+    caller in that frame's turn, and the runtime stays usable."""
+    good = [random_frame(app, 70 + k) for k in range(3)]
+
+    def source() -> Iterator[np.ndarray]:
+        yield from good
+        raise OSError("camera unplugged")
+
+    runtime.switch("full")
+    seen = []
+    with pytest.raises(OSError, match="camera unplugged"):
+        for result in runtime.process(source()):
+            seen.append(result)
+    assert sorted(r.index for r in seen) == [0, 1, 2]
+    assert_equivalent(runtime.infer(good[0]), refs.outputs("full", good[0]), "after the source's error")
+
+
+def test_a_frame_that_fails_in_a_stream_is_raised_in_its_turn(runtime: Runtime, app: App, refs: References,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    frames = [random_frame(app, 90 + k) for k in range(6)]
+    run = runtime._streams._run  # type: ignore[union-attr]
+
+    def failing(stream: int, scenario: str, arrays: dict[str, np.ndarray]) -> object:
+        if any(np.array_equal(array, frames[2]) for array in arrays.values()):
+            raise RuntimeError("a call failed")
+        return run(stream, scenario, arrays)
+
+    runtime.switch("full")
+    monkeypatch.setattr(runtime._streams, "_run", failing)
+    seen = []
+    with pytest.raises(RuntimeError, match="a call failed"):
+        for result in runtime.process(frames):
+            seen.append(result)
+    assert sorted(r.index for r in seen) == [0, 1]
+    for result in seen:
+        assert_equivalent(result.outputs, refs.outputs("full", frames[result.index]), "before the failure")
+    monkeypatch.undo()
+    assert sorted(r.index for r in runtime.process(frames)) == list(range(6))
+
+
 class FrameCounter:
     def __init__(self) -> None:
         self.frames = 0
@@ -208,15 +251,25 @@ class FrameCounter:
 def test_a_caller_that_stops_early_leaves_the_runtime_usable(app: App, refs: References) -> None:
     frames = [random_frame(app, 80 + k) for k in range(6)]
     counter = FrameCounter()
+    taken: list[int] = []
+
+    def handed(frames: list[np.ndarray]) -> Iterator[np.ndarray]:
+        for k, frame in enumerate(frames):
+            taken.append(k)
+            yield frame
+
     with Runtime.from_app(app, parts=two_stream_plan(app), observers=[counter]) as rt:
-        stream = rt.process(frames)
+        stream = rt.process(handed(frames))
         first = next(stream)
-        stream.close()  # the other frame in flight finishes and is counted
+        time.sleep(0.3)  # a slow caller: the streams do not run ahead of it
+        stream.close()  # the frames the streams took finish and are counted
         assert first.index == 0
+        # the streams take at most one frame beyond one each while the caller holds a result
+        assert 1 <= len(taken) <= 1 + rt._streams.count + 1  # type: ignore[union-attr]
         rt.infer(frames[2])
-        assert counter.frames == 3
+        assert counter.frames == len(taken) + 1
         results = list(rt.process(frames[:3]))
-        assert counter.frames == 6
+        assert counter.frames == len(taken) + 4
         for result in results:
             assert_equivalent(result.outputs, refs.outputs("full", frames[result.index]), "after an early stop")
 
