@@ -11,7 +11,12 @@ by default (``threads_scope: session``) every sbrs session has its own threads, 
 nothing process-wide changes: a session that runs a whole execution unit gets ``runtime.threads`` intra-op
 threads (default: every core) that stop spinning when its call returns (``session.force_spinning_stop``), so the
 pools of the units not running never take the cores from the one that runs (spinning idle pools made the drone
-app 7x slower); a band call of a run by parts runs on the calling thread alone (one intra-op thread: no pool,
+app 7x slower). The one exception is a *warm* session, a unit that is some scenario's whole frame: frame after
+frame it is the only session called, so its threads spin for a moment after a call (``WARM_SPIN_US``) and the
+next frame finds them awake instead of paying their wake-up (tiny's 0.1 ms frames: 0.92-0.98 of plain ONNX
+Runtime's default session against 0.74-0.88 asleep); a moment later they sleep, so the application's own
+sessions get the cores back (one of them beside a running sbrs kept the speed it has beside another default
+session). A band call of a run by parts runs on the calling thread alone (one intra-op thread: no pool,
 no fork/join per node). ``threads_scope: process`` is the opt-in to ONNX Runtime's *global* thread pool, which
 every session of the process then shares: a little faster on frames of a fraction of a millisecond (the pool
 is already awake when the next unit starts), but ONNX Runtime then refuses every later session of the process
@@ -43,6 +48,9 @@ GPU_PROVIDERS: tuple[str, ...] = ("CUDAExecutionProvider", "TensorrtExecutionPro
 ACCEPTED_PROVIDERS: tuple[str, ...] = (CPU_PROVIDER, *GPU_PROVIDERS)
 #: ``runtime.threads_scope``: each session its own threads (default), or ONNX Runtime's process-wide pool.
 THREAD_SCOPES: tuple[str, ...] = ("session", "process")
+#: ``session.intra_op.spin_duration_us`` of a warm session's threads (module docstring). On this machine
+#: (onnxruntime 1.32) 10 kept a pool spinning some 30-60 µs of CPU after a call, 20 some 0.2-0.4 ms.
+WARM_SPIN_US = 10
 #: How ONNX Runtime refuses a session with threads of its own once the process has a global pool.
 _GLOBAL_POOL_REFUSAL = "use_per_session_threads must be false"
 
@@ -144,15 +152,19 @@ def share_cuda_allocator() -> None:
             raise
 
 
-def session_options(threads: int = 1, scope: str = "session") -> ort.SessionOptions:
-    """Options of an sbrs session: ``threads`` intra-op threads of its own (``scope`` ``session``; they stop
-    spinning when a call returns) or ONNX Runtime's global pool (``process``), and the shared CPU allocator."""
+def session_options(threads: int = 1, scope: str = "session", *, warm: bool = False) -> ort.SessionOptions:
+    """Options of an sbrs session: ``threads`` intra-op threads of its own (``scope`` ``session``) or ONNX
+    Runtime's global pool (``process``), and the shared CPU allocator. Threads of its own stop spinning when a
+    call returns, or, ``warm``, spin for a moment first (``WARM_SPIN_US``, module docstring)."""
     options = ort.SessionOptions()
     if scope == "process":
         options.use_per_session_threads = False
     else:
         options.intra_op_num_threads = threads
-        if threads > 1:
+        if threads > 1 and warm:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+            options.add_session_config_entry("session.intra_op.spin_duration_us", str(WARM_SPIN_US))
+        elif threads > 1:
             options.add_session_config_entry("session.force_spinning_stop", "1")
     options.add_session_config_entry("session.use_env_allocators", "1")
     options.log_severity_level = 3
@@ -188,15 +200,16 @@ def resolve_providers(requested: tuple[str, ...], *, where: str | None = None) -
 
 
 def create_session(model: onnx.ModelProto | str, providers: tuple[str, ...], *, threads: int = 1,
-                   scope: str = "session", optimized: bool = False) -> ort.InferenceSession:
-    """One ONNX Runtime session with ``threads`` intra-op threads in ``scope`` (``session_options``).
+                   scope: str = "session", optimized: bool = False, warm: bool = False) -> ort.InferenceSession:
+    """One ONNX Runtime session with ``threads`` intra-op threads in ``scope``, kept ``warm`` or not
+    (``session_options``).
 
     A ``ModelProto`` is written to a temporary file and loaded from its path, never from bytes: from bytes,
     ONNX Runtime keeps a copy of the initializers next to its prepacked weights (measured on ResNet-18:
     99.5 MB resident per session from bytes, 54.7 MB from a path). ``optimized``: the file is already ONNX
     Runtime's optimised form for this machine (``save_optimized``), loaded without optimising it again.
     """
-    options = session_options(threads, scope)
+    options = session_options(threads, scope, warm=warm)
     if isinstance(model, str):
         if optimized:
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL

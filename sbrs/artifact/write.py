@@ -173,7 +173,7 @@ def _measured_unit_threads(app: App, plan: UnitPlan, staging: Path, optimized: b
     """The units that run faster on one thread than on the app's threads, measured on this machine
     (``sbrs.compile.unit_threads``); none where the app fixes its threads, shares ONNX Runtime's pool, runs on
     another provider or on two streams (one-thread sessions already), or the machine has one core."""
-    from sbrs.compile.unit_threads import measure_unit_threads
+    from sbrs.compile.unit_threads import measure_unit_threads, whole_frame_units
     from sbrs.ort_env import CPU_PROVIDER, resolve_providers
 
     runtime = app.config.runtime
@@ -184,7 +184,7 @@ def _measured_unit_threads(app: App, plan: UnitPlan, staging: Path, optimized: b
         return {}
     suffix = OPTIMIZED_SUFFIX if optimized else ".onnx"
     paths = {unit.id: str(staging / f"{unit.id}{suffix}") for unit in plan.units}
-    return measure_unit_threads(paths, providers, cores, optimized=optimized)
+    return measure_unit_threads(paths, providers, cores, optimized=optimized, warm=whole_frame_units(plan.sequences))
 
 
 def _share_optimized_weights(models: list[Path], shared: Path) -> None:

@@ -5,10 +5,11 @@ threads on every call: they sleep between calls (they must, or idle pools of oth
 are woken by the next, some 20-50 µs a call on this 2-core machine, while a small unit's layers leave a second
 thread little to do. pamap2 (0.1 ms a frame) with every unit on one thread ran at 0.78-0.87 of plain ONNX
 Runtime's better setting against 0.65-0.80 on two; tiny the other way (0.56-0.61 against 0.68-0.88), though
-two of its three units alone measure faster on one. So the build times each small unit both ways,
-interleaved, and keeps one thread where that was faster; a unit whose call takes longer than
-``MEASURED_MAX_S`` on the pool keeps it without more measuring, as does every unit when the app sets
-``runtime.threads`` or ``threads_scope: process``. The choice is the build's (``unit_threads`` in the
+two of its three units alone measured faster on one while their pools slept. A unit that is a scenario's whole
+frame keeps its pool warm instead (``whole_frame_units``, ``sbrs.ort_env``), and is measured so. So the build
+times each small unit both ways, interleaved, and keeps one thread where that was faster; a unit whose call
+takes longer than ``MEASURED_MAX_S`` on the pool keeps it without more measuring, as does every unit when the
+app sets ``runtime.threads`` or ``threads_scope: process``. The choice is the build's (``unit_threads`` in the
 manifest), never a test's: timing decides only what the build records.
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -36,23 +37,31 @@ def _block(session: object, feed: dict[str, np.ndarray], calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
+def whole_frame_units(sequences: Mapping[str, Sequence[str]]) -> frozenset[str]:
+    """The units that are some scenario's whole frame (its one step): called frame after frame, their pools
+    are kept warm (``sbrs.ort_env``, "warm")."""
+    return frozenset(steps[0] for steps in sequences.values() if len(steps) == 1)
+
+
 def measure_unit_threads(paths: Mapping[str, str], providers: tuple[str, ...], threads: int,
-                         *, optimized: bool) -> dict[str, int]:
+                         *, optimized: bool, warm: Collection[str] = ()) -> dict[str, int]:
     """The units of ``paths`` (unit id → model file) that ran faster on one thread than on ``threads``, each
-    mapped to 1 (medians of ``ROUNDS`` interleaved blocks on random inputs of the unit's shapes)."""
+    mapped to 1 (medians of ``ROUNDS`` interleaved blocks on random inputs of the unit's shapes); the pools of
+    the units in ``warm`` are measured warm, as the runtime runs them."""
     from sbrs.ort_env import create_session
 
     chosen: dict[str, int] = {}
     rng = np.random.default_rng(0)
+    warm_units = frozenset(warm)
     for unit, path in paths.items():
-        pool = create_session(path, providers, threads=threads, optimized=optimized)
+        pool = create_session(path, providers, threads=threads, optimized=optimized, warm=unit in warm_units)
         feed = {i.name: rng.standard_normal([int(d) for d in i.shape]).astype(_numpy_type(i.type))
                 for i in pool.get_inputs()}
-        warm = _block(pool, feed, 3)
-        if warm > MEASURED_MAX_S:
+        first = _block(pool, feed, 3)
+        if first > MEASURED_MAX_S:
             continue
         sessions = {threads: pool, 1: create_session(path, providers, threads=1, optimized=optimized)}
-        calls = max(1, int(MIN_BLOCK_S / max(warm, 1e-6)))
+        calls = max(1, int(MIN_BLOCK_S / max(first, 1e-6)))
         samples: dict[int, list[float]] = {count: [] for count in sessions}
         _block(sessions[1], feed, 3)
         for _ in range(ROUNDS):

@@ -53,6 +53,7 @@ import numpy as np
 import onnxruntime as ort
 
 from sbrs.compile.transitions import TRANSITION_MODES, ResumeTable, TransitionPlan, resume_tables
+from sbrs.compile.unit_threads import whole_frame_units
 from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.ort_env import (
     Threads,
@@ -264,10 +265,13 @@ class Runtime:
         if self.on_switch == "finish" and self.device == "cpu":
             streams = plan.streams if by_parts else config.runtime.max_streams(by_parts=False)  # type: ignore[union-attr]
         threads = 1 if by_parts or streams > 1 else self.thread_pool.count
+        # a unit that is a scenario's whole frame is called frame after frame: its pool stays warm (sbrs.ort_env)
+        whole_frames = frozenset() if by_parts else whole_frame_units(plan.sequences)  # type: ignore[union-attr]
         for key in self._session_keys:
             self._sessions[key] = create_session(program.model(key), self.providers,
                                                  threads=min(threads, program.unit_threads.get(key, threads)),
-                                                 scope=self.thread_pool.scope, optimized=program.optimized)
+                                                 scope=self.thread_pool.scope, optimized=program.optimized,
+                                                 warm=key in whole_frames)
             if program.release:
                 release_free_memory()
         self._arena = ArenaMemory(plan.arena_bytes, self.device, plan.alignment)

@@ -12,7 +12,7 @@ import pytest
 
 from sbrs.artifact.read import load_build
 from sbrs.cli import main
-from sbrs.compile.unit_threads import measure_unit_threads
+from sbrs.compile.unit_threads import measure_unit_threads, whole_frame_units
 from sbrs.runtime import runtime_for
 
 TINY = Path(__file__).resolve().parents[2] / "apps" / "tiny.yaml"
@@ -54,3 +54,31 @@ def test_measuring_answers_for_the_units_given_only(tmp_path: Path) -> None:
     paths = {unit: str(folder / f"{unit}.onnx") for unit in ("u1", "u2")}
     chosen = measure_unit_threads(paths, ("CPUExecutionProvider",), 2, optimized=False)
     assert set(chosen) <= set(paths) and set(chosen.values()) <= {1}
+
+
+def _config_entry(session: object, key: str) -> str | None:
+    options = session.get_session_options()  # type: ignore[attr-defined]
+    try:
+        return str(options.get_session_config_entry(key))
+    except RuntimeError:  # not set
+        return None
+
+
+def test_a_unit_that_is_a_scenarios_whole_frame_keeps_its_pool_warm() -> None:
+    """cifar10: balanced and thrifty are one unit each (called frame after frame: their pools spin for a
+    moment after a call); accurate's and steady's units take turns, so theirs stop spinning at once."""
+    from sbrs.app import load_app
+    from sbrs.ort_env import WARM_SPIN_US
+
+    app = load_app(Path(__file__).resolve().parents[2] / "apps" / "cifar10.yaml")
+    with runtime_for(app) as rt:
+        warm = whole_frame_units(rt.plan.sequences)  # type: ignore[union-attr]
+        assert warm == {rt.plan.sequences["balanced"][0], rt.plan.sequences["thrifty"][0]}  # type: ignore[union-attr]
+        for unit, session in rt._sessions.items():
+            if session.get_session_options().intra_op_num_threads < 2:
+                continue  # no pool: nothing spins
+            if unit in warm:
+                assert _config_entry(session, "session.intra_op.spin_duration_us") == str(WARM_SPIN_US), unit
+                assert _config_entry(session, "session.force_spinning_stop") is None, unit
+            else:
+                assert _config_entry(session, "session.force_spinning_stop") == "1", unit
