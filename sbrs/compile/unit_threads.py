@@ -15,7 +15,6 @@ manifest), never a test's: timing decides only what the build records.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Collection, Mapping, Sequence
 
@@ -48,6 +47,8 @@ def measure_unit_threads(paths: Mapping[str, str], providers: tuple[str, ...], t
     """The units of ``paths`` (unit id → model file) that ran faster on one thread than on ``threads``, each
     mapped to 1 (medians of ``ROUNDS`` interleaved blocks on random inputs of the unit's shapes); the pools of
     the units in ``warm`` are measured warm, as the runtime runs them."""
+    import statistics  # only a build measures: the runtime imports this module for ``whole_frame_units``
+
     from sbrs.ort_env import create_session
 
     chosen: dict[str, int] = {}
