@@ -104,40 +104,56 @@ class _Feeder:
         self.runtime = runtime
         self.source = iter(frames)
         self.slots = slots
-        self.condition = threading.Condition()
+        self.condition = threading.Condition()  # guards what follows; never held while a frame is awaited
         self.taken: dict[int, _Taken] = {}  # taken, not yet given to the caller
+        self.reserved = 0  # slots of frames being taken from the source
         self.next_index = 0
         self.stopped = False
         self.error: BaseException | None = None  # the malformed frame's (or the source's) error, raised in turn
+        self.source_lock = threading.Lock()  # one worker at a time takes from the source, in stream order
 
     def take(self, stream: int) -> _Taken | None:
         """The next frame for ``stream``, or None when there is none to take (the frames ended, one was bad, or
-        the caller stopped)."""
+        the caller stopped). A live source may keep a worker waiting here for its next frame; the caller's
+        thread meanwhile goes on giving out the results that exist."""
         runtime = self.runtime
         with self.condition:
-            while len(self.taken) >= self.slots and not self.stopped:
+            while len(self.taken) + self.reserved >= self.slots and not self.stopped:
                 self.condition.wait()
             if self.stopped or self.error is not None:
                 return None
-            try:
-                frame = next(self.source, None)
-                if frame is None:
-                    self.stopped = True
+            self.reserved += 1
+        taken = None
+        try:
+            with self.source_lock:
+                if self.stopped or self.error is not None:
                     return None
-                arrays = runtime._checked_frame(frame)
-            except BaseException as error:  # raised to the caller after the frames before it
-                self.error = error
-                return None
-            with runtime._lock:
-                if runtime._closed:
-                    self.error = SbrsRuntimeError("the runtime is closed")
+                try:
+                    frame = next(self.source, None)
+                    if frame is None:
+                        self.stop()
+                        return None
+                    arrays = runtime._checked_frame(frame)
+                except BaseException as error:  # raised to the caller after the frames before it
+                    self.error = error
                     return None
-                previous, request, scenario = runtime._take_request()
-            if request is not None:
-                runtime.node.begin(request)
-            taken = self.taken[self.next_index] = _Taken(self.next_index, scenario, request, previous, stream, arrays)
-            self.next_index += 1
-            return taken
+                with runtime._lock:
+                    if runtime._closed:
+                        self.error = SbrsRuntimeError("the runtime is closed")
+                        return None
+                    previous, request, scenario = runtime._take_request()
+                if request is not None:
+                    runtime.node.begin(request)
+                with self.condition:
+                    taken = self.taken[self.next_index] = _Taken(self.next_index, scenario, request, previous,
+                                                                  stream, arrays)
+                    self.next_index += 1
+                return taken
+        finally:
+            with self.condition:
+                self.reserved -= 1
+                if taken is None:
+                    self.condition.notify_all()
 
     def given(self, taken: _Taken) -> None:
         """``taken``'s result went to the caller (or was counted): its slot is free."""

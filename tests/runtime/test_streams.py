@@ -217,6 +217,31 @@ def test_an_error_of_the_frame_source_comes_after_the_frames_before_it(runtime: 
     assert_equivalent(runtime.infer(good[0]), refs.outputs("full", good[0]), "after the source's error")
 
 
+def test_results_come_out_while_a_live_source_waits_for_its_next_frame(runtime: Runtime, app: App,
+                                                                       refs: References) -> None:
+    """A camera-like source holds its third frame until the caller has the first two results: the caller gets
+    them while a stream waits on the source (the source gives up after 10 s, and the test fails, if not)."""
+    frames = [random_frame(app, 110 + k) for k in range(3)]
+    two_results = threading.Event()
+
+    def camera() -> Iterator[np.ndarray]:
+        yield frames[0]
+        yield frames[1]
+        if not two_results.wait(10):
+            raise TimeoutError("the caller never got the first two results")
+        yield frames[2]
+
+    runtime.switch("full")
+    results = []
+    for result in runtime.process(camera()):
+        results.append(result)
+        if len(results) == 2:
+            two_results.set()
+    assert sorted(r.index for r in results) == [0, 1, 2]
+    for result in results:
+        assert_equivalent(result.outputs, refs.outputs("full", frames[result.index]), "live source")
+
+
 def test_a_frame_that_fails_in_a_stream_is_raised_in_its_turn(runtime: Runtime, app: App, refs: References,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     frames = [random_frame(app, 90 + k) for k in range(6)]
