@@ -80,15 +80,14 @@ class Streams:
 @dataclass
 class _Taken:
     """A frame a stream took: its index in the stream of frames, its scenario, the switch request it was the
-    first frame of (and the scenario before), the stream, and what the stream computed (or the error it raised)
+    first frame of (and the scenario before), its arrays, and what the stream computed (or the error it raised)
     once it has."""
 
     index: int
     scenario: str
     request: SwitchRequest | None
     previous: str
-    stream: int
-    arrays: Mapping[str, np.ndarray] | None  # the frame, until the stream has run it
+    arrays: Mapping[str, np.ndarray]
     computed: Computed | BaseException | None = None
 
 
@@ -112,8 +111,8 @@ class _Feeder:
         self.error: BaseException | None = None  # the malformed frame's (or the source's) error, raised in turn
         self.source_lock = threading.Lock()  # one worker at a time takes from the source, in stream order
 
-    def take(self, stream: int) -> _Taken | None:
-        """The next frame for ``stream``, or None when there is none to take (the frames ended, one was bad, or
+    def take(self) -> _Taken | None:
+        """The next frame for the worker asking, or None when there is none to take (the frames ended, one was bad, or
         the caller stopped). A live source may keep a worker waiting here for its next frame; the caller's
         thread meanwhile goes on giving out the results that exist."""
         runtime = self.runtime
@@ -146,7 +145,7 @@ class _Feeder:
                     runtime.node.begin(request)
                 with self.condition:
                     taken = self.taken[self.next_index] = _Taken(self.next_index, scenario, request, previous,
-                                                                  stream, arrays)
+                                                                  arrays)
                     self.next_index += 1
                 return taken
         finally:
@@ -178,10 +177,9 @@ def process_in_streams(runtime: Runtime, streams: Streams, frames: Iterable[Fram
 
     def work(stream: int) -> None:
         try:
-            while (taken := feeder.take(stream)) is not None:
-                arrays, taken.arrays = taken.arrays, None
+            while (taken := feeder.take()) is not None:
                 try:
-                    taken.computed = streams._run(stream, taken.scenario, arrays or {})
+                    taken.computed = streams._run(stream, taken.scenario, taken.arrays)
                 except BaseException as error:  # raised to the caller in its frame's turn
                     taken.computed = error
                     feeder.stop()
@@ -195,6 +193,15 @@ def process_in_streams(runtime: Runtime, streams: Streams, frames: Iterable[Fram
         worker.start()
     running = len(workers)
     arrived: dict[int, _Taken] = {}
+
+    def receive() -> None:
+        """Wait for the next computed frame, or for a worker to end."""
+        nonlocal running
+        item = done.get()
+        if isinstance(item, int):
+            running -= 1
+        else:
+            arrived[item.index] = item
 
     def result_of(taken: _Taken) -> FrameResult:
         del arrived[taken.index]
@@ -226,25 +233,13 @@ def process_in_streams(runtime: Runtime, streams: Streams, frames: Iterable[Fram
                 if passing:
                     yield result_of(min(passing, key=lambda t: t.index))
                     continue
-            item = done.get()
-            if isinstance(item, int):
-                running -= 1
-            else:
-                arrived[item.index] = item
+            receive()
     finally:
         feeder.stop()
         while running:
-            item = done.get()
-            if isinstance(item, int):
-                running -= 1
-            else:
-                arrived[item.index] = item
+            receive()
         for taken in sorted(arrived.values(), key=lambda t: t.index):  # finished in flight: counted
-            feeder.given(taken)
-            if not isinstance(taken.computed, BaseException):
-                outputs, begin, end = taken.computed  # type: ignore[misc]
-                with runtime._lock:
-                    runtime._frame_result(taken.scenario, taken.index, outputs, begin, end, taken.request,
-                                          taken.previous)
+            if not isinstance(taken.computed, BaseException):  # a failed frame's error was the caller's, or none
+                result_of(taken)
         with runtime._lock:
             runtime._settle()
