@@ -120,7 +120,11 @@ def check_variants(copy: Path, provider: str, references: dict[str, Any], input_
                     gaps.extend(gaps_of(r, references, input_name, frame) for r in runtime.process([frame] * 4))
                 if "runtime" not in variant:  # streams: a switch waits for a free stream, checked above
                     gaps.extend(mid_frame_switches(runtime, references, input_name, frame))
-                result[label] = {"frames": len(gaps), "max_gap": max(gaps, default=0.0)}
+                streams = runtime.memory_report()["streams"]
+                result[label] = {"frames": len(gaps), "max_gap": max(gaps, default=0.0), "streams": streams}
+                asked = variant.get("runtime", {}).get("streams")
+                if asked is not None and streams != asked:  # a variant that silently ran as another is a failure
+                    result[label]["error"] = f"asked for {asked} streams, ran {streams}"
         except Exception as exc:  # one variant's failure is reported beside the others
             result[label] = {"error": f"{type(exc).__name__}: {exc}"[-400:]}
         finally:
@@ -258,7 +262,7 @@ def main() -> int:
         print(json.dumps(row), flush=True)
     failed = [r["app"] for r in rows if "error" in r or r.get("switch_max_gap", 1.0) > args.tolerance
               or any(s["gap_to_ort_same_provider"] > args.tolerance for s in r.get("scenarios", {}).values())
-              or any(v.get("max_gap", 1.0) > args.tolerance for v in r.get("variants", {}).values())]
+              or any("error" in v or v.get("max_gap", 1.0) > args.tolerance for v in r.get("variants", {}).values())]
     print(json.dumps({"failed": failed}))
     return 1 if failed else 0
 

@@ -260,9 +260,11 @@ class Runtime:
         self._sessions: dict[str, ort.InferenceSession] = {}
         # a unit runs on runtime.threads of its own; a band call on the calling thread alone: it is too small for a
         # pool's fork/join per node (sbrs.ort_env). Streams (sbrs.runtime.streams) run frames of their own on
-        # one-thread sessions; cancel and resume give a frame in flight up, which needs one frame at a time.
+        # one-thread sessions, on a GPU provider as on the CPU (each stream's arena on the device, the sessions
+        # shared: ONNX Runtime runs concurrent calls of one session); cancel and resume give a frame in flight up,
+        # which needs one frame at a time.
         streams = 1
-        if self.on_switch == "finish" and self.device == "cpu":
+        if self.on_switch == "finish":
             streams = plan.streams if by_parts else config.runtime.max_streams(by_parts=False)  # type: ignore[union-attr]
         threads = 1 if by_parts or streams > 1 else self.thread_pool.count
         # a unit that is a scenario's whole frame is called frame after frame: its pool stays warm (sbrs.ort_env)
