@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -33,12 +34,27 @@ APPS = sorted((REPO / "apps").glob("*.yaml"))
 @pytest.fixture(scope="session", autouse=True)
 def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     previous = os.environ.get("SBRS_CACHE_DIR")
-    os.environ["SBRS_CACHE_DIR"] = str(tmp_path_factory.mktemp("sbrs-cache"))
+    cache = tmp_path_factory.mktemp("sbrs-cache")
+    os.environ["SBRS_CACHE_DIR"] = str(cache)
     yield
     if previous is None:
         os.environ.pop("SBRS_CACHE_DIR", None)
     else:
         os.environ["SBRS_CACHE_DIR"] = previous
+    remove_builds_into(cache)
+
+
+def remove_builds_into(cache: Path, root: Path = REPO) -> list[Path]:
+    """The builds the tests left in the working tree (``apps/*.build``, ``tests/**/*.build``) whose models are in
+    ``cache``, the session's private one, removed: the cache goes with the session, and such a build would make a
+    user's next ``sbrs run apps/drone.yaml`` refuse it as damaged (its scenario models gone) where no build at
+    all is built again."""
+    removed = []
+    for manifest in [*root.glob("apps/*.build/manifest.json"), *root.glob("tests/**/*.build/manifest.json")]:
+        if str(cache) in manifest.read_text(encoding="utf-8", errors="replace"):
+            shutil.rmtree(manifest.parent, ignore_errors=True)
+            removed.append(manifest.parent)
+    return removed
 
 
 @pytest.fixture(scope="session")
