@@ -440,6 +440,10 @@ def summarize(report: Mapping[str, Any]) -> dict[str, Any]:
         summary[name]["pss_ratio_vs_plain_ort"] = round(steady[name]["pss_bytes"] / ort, 4) if ort > 0 else None
     stages = report["python_api"]["stages"]
     anonymous = {name: stages[name]["split_pss_bytes"]["anonymous"] for name in ("imported", "loaded", "ran")}
+    # sbrs' modules compiled from source in the API's process (no cached bytecode): 0.2-0.6 MB of PSS more than
+    # from cached bytecode, as an installed package runs (docs/MEASUREMENTS.md)
+    summary["sbrs_modules_compiled_from_source"] = len(
+        report["python_api"]["facts"]["loaded"].get("compiled_from_source", []))
     summary["where_it_goes_pss_bytes"] = {
         "weights_files": stages["ran"]["split_pss_bytes"]["weights_files"],
         "onnxruntime_library": stages["ran"]["split_pss_bytes"]["onnxruntime_library"],
@@ -482,6 +486,10 @@ def format_device_memory(report: Mapping[str, Any]) -> str:
             verdict += ", within the same-run bound" if row["within_same_run_bound"] else ", over the same-run bound"
         lines.append(f"{label:<38} {row['pss_bytes'] / mb:>8.1f} {row['rss_bytes'] / mb:>8.1f} "
                      f"{row['peak_rss_bytes'] / mb:>12.1f} {'' if ratio is None else f'{ratio:.3f}':>16}{verdict}")
+    if summary.get("sbrs_modules_compiled_from_source"):
+        lines.append(f"note: {summary['sbrs_modules_compiled_from_source']} of sbrs' modules were compiled from "
+                     "source (no cached bytecode: PYTHONDONTWRITEBYTECODE, or a read-only install), 0.2-0.6 MB more "
+                     "than from cached bytecode")
     lines.append("where sbrs.runtime_for's PSS goes (MB): " + ", ".join(
         f"{name.replace('_', ' ')} {value / mb:.1f}" for name, value in summary["where_it_goes_pss_bytes"].items()))
     return "\n".join(lines)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -46,6 +47,7 @@ def test_bench_smoke_reports_every_key(capsys: pytest.CaptureFixture[str]) -> No
     out = capsys.readouterr().out
     assert "ratio" in out and "device memory of tiny" in out and "sbrs run (control socket)" in out
     assert "plain ORT, largest scenario alone" in out and out.count("the same after malloc_trim") == 2
+    assert isinstance(device["summary"]["sbrs_modules_compiled_from_source"], int)
 
 
 def test_bench_switching_reports_caller_side_delays(capsys: pytest.CaptureFixture[str]) -> None:
@@ -98,3 +100,25 @@ def test_device_memory_with_a_scenario_model_gone_is_one_line(tmp_path) -> None:
     (tmp_path / "gone.build" / "manifest.json").write_text(json.dumps({"config": config, "footprint": footprint}))
     with pytest.raises(InputError, match=r"a\.onnx is gone; run `sbrs build"):
         build_facts(tmp_path / "gone.yaml")
+
+
+def test_probes_tell_modules_compiled_from_source(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A process without cached bytecode compiles sbrs from source, which the device-memory figures carry: the
+    probes name such modules (a module whose ``__cached__`` file is missing)."""
+    import importlib.util
+    import sys
+    import types
+
+    from sbrs.bench.device_memory import PROBES
+
+    spec = importlib.util.spec_from_file_location("probe_stages", PROBES / "stages.py")
+    assert spec is not None and spec.loader is not None
+    stages = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stages)
+    cached, uncached = tmp_path / "a.pyc", tmp_path / "b.pyc"
+    cached.write_bytes(b"")
+    for name, path in (("fakepkg", cached), ("fakepkg.b", uncached), ("fakepkgother", uncached)):
+        module = types.ModuleType(name)
+        module.__cached__ = str(path)  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, name, module)
+    assert stages.compiled_here("fakepkg") == ["fakepkg.b"]

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import onnxruntime  # noqa: F401  (the baseline's imports, so the stages below show what sbrs adds)
-from stages import stage
+from stages import compiled_here, stage
 
 if __name__ == "__main__":
     app_path, frames = sys.argv[1], int(sys.argv[2])
@@ -17,7 +17,7 @@ if __name__ == "__main__":
 
     stage("imported")
     runtime = sbrs.runtime_for(app_path)
-    stage("loaded", {"scenarios": list(runtime.scenarios)})
+    stage("loaded", {"scenarios": list(runtime.scenarios), "compiled_from_source": compiled_here("sbrs")})
     (shape, dtype), = runtime.input_specs.values()
     frame = np.full(shape, 0.5, dtype)
     for scenario in runtime.scenarios:
