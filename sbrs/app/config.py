@@ -72,12 +72,24 @@ class ScenarioConfig:
     input_size: tuple[int, int] | None = None
 
 
+#: ``runtime.share_min_mb`` and ``runtime.switch_steps`` where the app leaves them out, on the CPU provider and on
+#: a GPU one (the first provider decides, as it decides where the arena lives: ``sbrs.runtime.device``). On a GPU
+#: every execution unit is a session with a provider instance of its own, about 140 MiB of GPU memory each
+#: (measured on an H200: drone's 20 units 3576 MiB, its 5 scenarios as one unit each 1512 MiB, plain ONNX
+#: Runtime 1586), and a call the host synchronises with: so there a run of layers is shared only when its
+#: weights outweigh a session, and a frame is one step (docs/MEASUREMENTS.md, "On a GPU").
+UNIT_DEFAULTS_CPU = (1.0, 4)
+UNIT_DEFAULTS_GPU = (140.0, 1)
+
+
 @dataclass(frozen=True)
 class RuntimeOptions:
     """``runtime:`` of the app. ``share_min_mb``: the least weight memory a run of steps must hold to be shared
     by scenarios as one execution unit (``sbrs.compile.units``); smaller runs are compiled into each scenario's
     own units. ``switch_steps``: under SBRS-TP, how many steps of similar work a frame is cut into at most, so
-    a switch waits for about 1/switch_steps of the old frame. ``on_switch``: what a switch does to the frame in
+    a switch waits for about 1/switch_steps of the old frame. Both None where the app leaves them out: the
+    provider's defaults then (``UNIT_DEFAULTS_CPU``, ``UNIT_DEFAULTS_GPU``; :attr:`unit_share_min_mb`,
+    :attr:`unit_switch_steps`). ``on_switch``: what a switch does to the frame in
     flight, ``finish`` it on the old scenario, ``cancel`` it and run it again on the new one, or ``resume`` it on
     the new one from the layers both share (``sbrs.runtime.engine.Runtime``). ``threads``: intra-op threads of a
     session running a whole unit (default: every core); ``threads_scope``: ``session`` (each session its own
@@ -90,11 +102,25 @@ class RuntimeOptions:
     threads: int | None
     granularity: str
     transition: str
-    share_min_mb: float = 1.0
-    switch_steps: int = 4
+    share_min_mb: float | None = None
+    switch_steps: int | None = None
     on_switch: str = "finish"
     threads_scope: str = "session"
     streams: int | None = None
+
+    @property
+    def unit_share_min_mb(self) -> float:
+        """``share_min_mb``, or the default of the app's first provider."""
+        if self.share_min_mb is not None:
+            return self.share_min_mb
+        return (UNIT_DEFAULTS_CPU if self.providers[0] == "CPUExecutionProvider" else UNIT_DEFAULTS_GPU)[0]
+
+    @property
+    def unit_switch_steps(self) -> int:
+        """``switch_steps``, or the default of the app's first provider."""
+        if self.switch_steps is not None:
+            return self.switch_steps
+        return (UNIT_DEFAULTS_CPU if self.providers[0] == "CPUExecutionProvider" else UNIT_DEFAULTS_GPU)[1]
 
     def max_streams(self, *, by_parts: bool) -> int:
         """The most frames a runtime keeps in flight (``sbrs.runtime.streams``), the one rule for the search,
@@ -443,7 +469,9 @@ def load_app_config(path: str | Path) -> AppConfig:
         initial=initial,
         scenarios=tuple(scenarios),
         runtime=RuntimeOptions(tuple(app.runtime.providers), app.runtime.threads, app.runtime.granularity,
-                               app.runtime.transition, float(app.runtime.share_min_mb), app.runtime.switch_steps,
+                               app.runtime.transition,
+                               None if app.runtime.share_min_mb is None else float(app.runtime.share_min_mb),
+                               app.runtime.switch_steps,
                                app.runtime.on_switch, app.runtime.threads_scope, app.runtime.streams),
         memory_limit_mb=app.memory_limit_mb,
         policy=_resolve_policy(app.policy, names, scenarios[names.index(initial)].requirements, doc),

@@ -138,8 +138,8 @@ class RuntimeEntry(Strict):
     threads: Annotated[StrictInt, Field(ge=1, le=1024)] | None = None
     granularity: Literal["auto", "layer"] = "auto"
     transition: Literal["sbrs-tp", "naive"] = "sbrs-tp"
-    share_min_mb: NonNegative = 1.0
-    switch_steps: Annotated[StrictInt, Field(ge=1, le=64)] = 4
+    share_min_mb: NonNegative | None = None  # None: the provider's default (sbrs.app.config.UNIT_DEFAULTS_*)
+    switch_steps: Annotated[StrictInt, Field(ge=1, le=64)] | None = None
     on_switch: Literal["finish", "cancel", "resume"] = "finish"
     threads_scope: Literal["session", "process"] = "session"
     streams: Literal[1, 2] | None = None

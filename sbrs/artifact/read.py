@@ -56,9 +56,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: 8: ``runtime.share_min_mb``/``switch_steps`` left out default by provider (one unit per scenario on a GPU);
 #: 7: edge models of band calls (``BandCall.edge``); 6: the plan's footprint (``footprint``); 5: processing by
 #: parts as one PartsPlan (``parts``)
-FORMAT = 7
+FORMAT = 8
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.bin"
 #: The file name ending of ONNX Runtime's optimised form of a model file of the build (``<stem>`` + this).

@@ -17,8 +17,9 @@ def build_unit_plan(app: App, granularity: str | None = None, moc: Moc | None = 
     """The ``UnitPlan`` of ``app`` (units, sequences, arena offsets), checked, without loading anything.
 
     Under SBRS-TP (``transition``, default the app's) units of an app with several scenarios are also cut at up
-    to ``runtime.switch_steps`` switch points per frame (``sbrs.compile.layout``): the old step in
-    flight is what a switch waits for. Under ``runtime.on_switch: resume`` (``on_switch``, default the app's;
+    to ``runtime.switch_steps`` switch points per frame (``sbrs.compile.layout``; where the app leaves it out,
+    its provider's default, ``sbrs.app.config.UNIT_DEFAULTS_CPU``/``_GPU``): the old step in flight is what a
+    switch waits for. Under ``runtime.on_switch: resume`` (``on_switch``, default the app's;
     beyond the thesis) the scenarios' shared prefixes stay shared units and their live-in tensors stay valid
     through every old frame (``layout_units``' and ``arena_problem``'s ``resume``).
     """
@@ -30,9 +31,9 @@ def build_unit_plan(app: App, granularity: str | None = None, moc: Moc | None = 
     options = app.config.runtime
     chosen = granularity or options.granularity
     # switch points only serve switches: an app of one scenario never switches and runs whole units
-    switch_steps = options.switch_steps if (transition or options.transition) == "sbrs-tp" and len(app.models) > 1 \
-        else 1
+    switch_steps = options.unit_switch_steps if (transition or options.transition) == "sbrs-tp" \
+        and len(app.models) > 1 else 1
     resume = (on_switch or options.on_switch) == "resume" and len(app.models) > 1
-    layout = layout_units(app.models, moc, chosen, share_min_bytes=int(options.share_min_mb * 1e6),
+    layout = layout_units(app.models, moc, chosen, share_min_bytes=int(options.unit_share_min_mb * 1e6),
                           switch_steps=switch_steps, min_step_work=MIN_SWITCH_STEP_WORK, resume=resume)
     return plan_layout(layout, app=app.name, granularity=chosen, adaptive=tuple(app.config.adaptive), resume=resume)

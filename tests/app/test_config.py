@@ -85,6 +85,13 @@ def test_defaults(tmp_path: Path) -> None:
     assert config.runtime.threads_scope == "session"  # sbrs changes nothing process-wide unless asked to
     assert config.runtime.streams is None  # one frame at a time for units, the search's choice by parts
     assert config.scenario("only").requirements.accuracy == 1.0
+    # left out: the provider's defaults (a GPU's in tests/compile/test_units.py); given: kept as given
+    assert (config.runtime.share_min_mb, config.runtime.switch_steps) == (None, None)
+    assert (config.runtime.unit_share_min_mb, config.runtime.unit_switch_steps) == (1.0, 4)
+    (tmp_path / "app.yaml").write_text("name: d\ninput: {shape: [1, 3, 8, 8]}\nscenarios: [{name: only, model: m.onnx}]\n"
+                                       "runtime: {providers: [CUDAExecutionProvider], share_min_mb: 2, switch_steps: 3}\n")
+    config = load_app_config(tmp_path / "app.yaml")
+    assert (config.runtime.unit_share_min_mb, config.runtime.unit_switch_steps) == (2.0, 3)
 
 
 # (description, edit of the app text or a file, expected message fragment, expected line or None)

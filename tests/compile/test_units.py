@@ -59,9 +59,9 @@ def test_sbrs_tp_cuts_frames_at_switch_points_of_similar_work(load_example: Call
         model = app.models[scenario]
         work_of = {moc.layer_capture[scenario][layer.name]: layer_work(layer) for layer in model.compute_layers}
         works = [sum(work_of[layer_id] for layer_id in plan.unit(unit_id).layers) for unit_id in sequence]
-        assert 2 <= len(sequence) <= app.config.runtime.switch_steps + 1
+        assert 2 <= len(sequence) <= app.config.runtime.unit_switch_steps + 1
         assert min(works) >= MIN_SWITCH_STEP_WORK
-        assert max(works) <= 2.5 * sum(works) / app.config.runtime.switch_steps
+        assert max(works) <= 2.5 * sum(works) / app.config.runtime.unit_switch_steps
 
 
 @pytest.mark.parametrize("granularity", ["auto", "layer"])
@@ -139,3 +139,30 @@ def test_large_shared_runs_stay_shared(load_example: Callable[[str], App]) -> No
 
 def with_share_min_mb(app: App, megabytes: float) -> App:
     return replace(app, config=replace(app.config, runtime=replace(app.config.runtime, share_min_mb=megabytes)))
+
+
+def test_a_gpu_provider_runs_one_unit_per_scenario_by_default(load_example: Callable[[str], App]) -> None:
+    """On a GPU provider every unit is a session with a provider instance of its own (about 140 MiB measured):
+    left out of the app, ``share_min_mb`` and ``switch_steps`` default so that drone's scenarios, which share
+    less weight than that, run as one unit each; an app that sets them keeps them, and the CPU keeps sharing."""
+    from sbrs.app.config import UNIT_DEFAULTS_CPU, UNIT_DEFAULTS_GPU
+
+    drone = load_example("drone")
+
+    def on(providers: tuple[str, ...], **options: object) -> App:
+        runtime = replace(drone.config.runtime, providers=providers, share_min_mb=None, switch_steps=None)
+        return replace(drone, config=replace(drone.config, runtime=replace(runtime, **options)))
+
+    for provider in ("CUDAExecutionProvider", "TensorrtExecutionProvider"):
+        gpu = on((provider, "CPUExecutionProvider"))
+        assert (gpu.config.runtime.unit_share_min_mb, gpu.config.runtime.unit_switch_steps) == UNIT_DEFAULTS_GPU
+        plan = build_unit_plan(gpu, "auto", transition="sbrs-tp")
+        assert len(plan.units) == len(drone.models)
+        assert all(len(unit.scenarios) == 1 for unit in plan.units)
+        assert all(len(sequence) == 1 for sequence in plan.sequences.values())
+    cpu = on(("CPUExecutionProvider",))
+    assert (cpu.config.runtime.unit_share_min_mb, cpu.config.runtime.unit_switch_steps) == UNIT_DEFAULTS_CPU
+    assert any(len(unit.scenarios) > 1 for unit in build_unit_plan(cpu, "auto", transition="sbrs-tp").units)
+    chosen = on(("CUDAExecutionProvider", "CPUExecutionProvider"), share_min_mb=1.0, switch_steps=4)
+    assert build_unit_plan(chosen, "auto", transition="sbrs-tp").units == build_unit_plan(cpu, "auto",
+                                                                                          transition="sbrs-tp").units
