@@ -31,6 +31,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
 import sys
 import warnings
 from dataclasses import dataclass
@@ -177,12 +178,27 @@ def new_session(path: str, options: ort.SessionOptions, providers: tuple[str, ..
     prints an "EP Error" banner on stdout before retrying), joining the process's global thread pool where one
     exists and ``options`` asked for threads of the session's own (module docstring)."""
     try:
+        try:
+            return ort.InferenceSession(path, options, providers=list(providers), enable_fallback=0, **kwargs)
+        except RuntimeError as error:
+            if _GLOBAL_POOL_REFUSAL not in str(error) or not options.use_per_session_threads:
+                raise
+        options.use_per_session_threads = False
         return ort.InferenceSession(path, options, providers=list(providers), enable_fallback=0, **kwargs)
     except RuntimeError as error:
-        if _GLOBAL_POOL_REFUSAL not in str(error) or not options.use_per_session_threads:
+        gpu = [provider for provider in providers if provider in GPU_PROVIDERS]
+        if not gpu:
             raise
-    options.use_per_session_threads = False
-    return ort.InferenceSession(path, options, providers=list(providers), enable_fallback=0, **kwargs)
+        # listed by onnxruntime yet unusable here (its libraries missing: TensorRT without libnvinfer, measured on
+        # an H200), or failing on this model: one line naming the provider, with ONNX Runtime's reason
+        raise InputError(f"ONNX Runtime could not create a session on {', '.join(gpu)}: {_reason(error)}",
+                         field="runtime.providers") from error
+
+
+def _reason(error: Exception) -> str:
+    """ONNX Runtime's error message on one line, without the source location and signature it starts with."""
+    text = " ".join(str(error).split())
+    return re.sub(r"^\S+\.(?:cc|h|cpp):\d+ (?:[^()]*\([^)]*\)\s*)?", "", text) or type(error).__name__
 
 
 def resolve_providers(requested: tuple[str, ...], *, where: str | None = None) -> tuple[str, ...]:
