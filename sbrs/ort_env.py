@@ -176,7 +176,8 @@ def new_session(path: str, options: ort.SessionOptions, providers: tuple[str, ..
                 **kwargs: object) -> ort.InferenceSession:
     """``ort.InferenceSession(path, options, providers, **kwargs)`` without the wrapper's provider fallback (which
     prints an "EP Error" banner on stdout before retrying), joining the process's global thread pool where one
-    exists and ``options`` asked for threads of the session's own (module docstring)."""
+    exists and ``options`` asked for threads of the session's own (module docstring). A session that cannot be
+    made on a GPU provider of ``providers`` is an ``InputError`` of ``runtime.providers``, on one line."""
     try:
         try:
             return ort.InferenceSession(path, options, providers=list(providers), enable_fallback=0, **kwargs)

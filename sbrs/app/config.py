@@ -111,16 +111,15 @@ class RuntimeOptions:
     @property
     def unit_share_min_mb(self) -> float:
         """``share_min_mb``, or the default of the app's first provider."""
-        if self.share_min_mb is not None:
-            return self.share_min_mb
-        return (UNIT_DEFAULTS_CPU if self.providers[0] == "CPUExecutionProvider" else UNIT_DEFAULTS_GPU)[0]
+        return self._unit_defaults()[0] if self.share_min_mb is None else self.share_min_mb
 
     @property
     def unit_switch_steps(self) -> int:
         """``switch_steps``, or the default of the app's first provider."""
-        if self.switch_steps is not None:
-            return self.switch_steps
-        return (UNIT_DEFAULTS_CPU if self.providers[0] == "CPUExecutionProvider" else UNIT_DEFAULTS_GPU)[1]
+        return self._unit_defaults()[1] if self.switch_steps is None else self.switch_steps
+
+    def _unit_defaults(self) -> tuple[float, int]:
+        return UNIT_DEFAULTS_CPU if self.providers[0] == "CPUExecutionProvider" else UNIT_DEFAULTS_GPU
 
     def max_streams(self, *, by_parts: bool) -> int:
         """The most frames a runtime keeps in flight (``sbrs.runtime.streams``), the one rule for the search,
