@@ -179,13 +179,7 @@ def new_session(path: str, options: ort.SessionOptions, providers: tuple[str, ..
     exists and ``options`` asked for threads of the session's own (module docstring). A session that cannot be
     made on a GPU provider of ``providers`` is an ``InputError`` of ``runtime.providers``, on one line."""
     try:
-        try:
-            return ort.InferenceSession(path, options, providers=list(providers), enable_fallback=0, **kwargs)
-        except RuntimeError as error:
-            if _GLOBAL_POOL_REFUSAL not in str(error) or not options.use_per_session_threads:
-                raise
-        options.use_per_session_threads = False
-        return ort.InferenceSession(path, options, providers=list(providers), enable_fallback=0, **kwargs)
+        return _session_in_any_pool(path, options, providers, **kwargs)
     except RuntimeError as error:
         gpu = [provider for provider in providers if provider in GPU_PROVIDERS]
         if not gpu:
@@ -194,6 +188,18 @@ def new_session(path: str, options: ort.SessionOptions, providers: tuple[str, ..
         # an H200), or failing on this model: one line naming the provider, with ONNX Runtime's reason
         raise InputError(f"ONNX Runtime could not create a session on {', '.join(gpu)}: {_reason(error)}",
                          field="runtime.providers") from error
+
+
+def _session_in_any_pool(path: str, options: ort.SessionOptions, providers: tuple[str, ...] | list[str],
+                         **kwargs: object) -> ort.InferenceSession:
+    """The session, on the process's global thread pool where ONNX Runtime refuses one with threads of its own."""
+    try:
+        return ort.InferenceSession(path, options, providers=list(providers), enable_fallback=0, **kwargs)
+    except RuntimeError as error:
+        if _GLOBAL_POOL_REFUSAL not in str(error) or not options.use_per_session_threads:
+            raise
+    options.use_per_session_threads = False
+    return ort.InferenceSession(path, options, providers=list(providers), enable_fallback=0, **kwargs)
 
 
 def _reason(error: Exception) -> str:

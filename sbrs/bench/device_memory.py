@@ -442,8 +442,7 @@ def summarize(report: Mapping[str, Any]) -> dict[str, Any]:
     anonymous = {name: stages[name]["split_pss_bytes"]["anonymous"] for name in ("imported", "loaded", "ran")}
     # sbrs' modules compiled from source in the API's process (no cached bytecode): 0.2-0.6 MB of PSS more than
     # from cached bytecode, as an installed package runs (docs/MEASUREMENTS.md)
-    summary["sbrs_modules_compiled_from_source"] = len(
-        report["python_api"]["facts"]["loaded"].get("compiled_from_source", []))
+    summary["sbrs_modules_compiled_from_source"] = len(report["python_api"]["facts"]["loaded"]["compiled_from_source"])
     summary["where_it_goes_pss_bytes"] = {
         "weights_files": stages["ran"]["split_pss_bytes"]["weights_files"],
         "onnxruntime_library": stages["ran"]["split_pss_bytes"]["onnxruntime_library"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -29,8 +30,6 @@ def compiled_here(package: str) -> list[str]:
     """The modules of ``package`` this process compiled from source: no cached bytecode on disk (the
     interpreter runs with ``PYTHONDONTWRITEBYTECODE`` or its cache is not writable). Compiling costs the process
     heap it keeps; an installed package runs from cached bytecode."""
-    import os
-
     return sorted(name for name, module in list(sys.modules.items())
                   if (name == package or name.startswith(package + "."))
                   and getattr(module, "__cached__", None) and not os.path.exists(module.__cached__))
