@@ -51,6 +51,7 @@ What ``check_schedule`` proves
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -318,6 +319,11 @@ def check_schedule(accesses: Mapping[str, Sequence[StepAccess]], waits: Mapping[
     ``accesses[s]`` are scenario s's steps, ``waits["o->n"]`` the old step each new step waits for,
     ``new_accesses`` the steps of a transition's new frame when they differ (shadow slots). Enumerates every
     ordered pair and every SSR step; at most ``limit`` hazards are reported.
+
+    Whether old step j and new step i conflict does not depend on the SSR step, so each pair's conflicts are
+    decided once, by ``accesses_conflict`` on every (j, i) that some SSR step leaves unordered
+    (``conflict_matrix``), and every SSR step is then checked against them: at most |φ^o| · |φ^n| conflict
+    tests a pair instead of that times |φ^o|.
     """
     hazards: list[Hazard] = []
     new_accesses = accesses if new_accesses is None else new_accesses
@@ -329,18 +335,35 @@ def check_schedule(accesses: Mapping[str, Sequence[StepAccess]], waits: Mapping[
             if len(table) != len(new_steps):
                 raise SbrsRuntimeError(f"transition table {old}->{new} has {len(table)} entries for "
                                        f"{len(new_steps)} steps")
+            if not new_steps:
+                continue
+            # happens-before: new step i starts after old steps 1..after[i]; the new chain is ordered, so new
+            # step i is also after everything new steps 1..i-1 waited for
+            waited = np.maximum.accumulate(np.asarray(table, dtype=np.int64))
+            conflicts = conflict_matrix(old_steps, new_steps, ordered=np.maximum(waited, 1))  # [j - 1, i - 1]
+            # the last old step each new step conflicts with (0: none)
+            last = np.where(conflicts.any(axis=0), len(old_steps) - np.argmax(conflicts[::-1], axis=0), 0)
             for ssr in range(1, len(old_steps) + 1):
-                # happens-before: new step i starts after old steps 1..after[i]; the new chain is ordered, so
-                # new step i is also after everything new steps 1..i-1 waited for.
-                after = 0
-                for i, new_step in enumerate(new_steps, 1):
-                    after = max(after, table[i - 1], ssr)
-                    for j in range(after + 1, len(old_steps) + 1):
-                        if accesses_conflict(old_steps[j - 1], new_step):
-                            hazards.append(Hazard(old, new, ssr, j, i, _describe(old_steps[j - 1], new_step)))
-                            if len(hazards) >= limit:
-                                return hazards
+                after = np.maximum(waited, ssr)
+                for i in np.flatnonzero(last > after) + 1:  # new steps with an unordered conflicting old step
+                    for j in np.flatnonzero(conflicts[after[i - 1]:, i - 1]) + after[i - 1] + 1:
+                        hazards.append(Hazard(old, new, ssr, int(j), int(i),
+                                              _describe(old_steps[j - 1], new_steps[i - 1])))
+                        if len(hazards) >= limit:
+                            return hazards
     return hazards
+
+
+def conflict_matrix(old: Sequence[StepAccess], new: Sequence[StepAccess],
+                    ordered: Sequence[int] | None = None) -> np.ndarray:
+    """``[j - 1, i - 1]``: whether old step j and new step i conflict (``accesses_conflict``, the plain
+    definition). ``ordered[i - 1]``: old steps 1..ordered[i - 1] are known to finish before new step i starts,
+    so those pairs are not tested and read False."""
+    matrix = np.zeros((len(old), len(new)), dtype=bool)
+    for i, new_step in enumerate(new):
+        for j in range(0 if ordered is None else int(ordered[i]), len(old)):
+            matrix[j, i] = accesses_conflict(old[j], new_step)
+    return matrix
 
 
 def _describe(a: StepAccess, b: StepAccess) -> str:
@@ -535,18 +558,24 @@ def check_resume(accesses: Mapping[str, Sequence[StepAccess]],
     or inside step c + 1) and the table's resume point r: run ``old``'s steps, then ``new``'s steps r+1..|φ^n|
     (from scratch with its copy-in when r = 0), and compare every read — its copy-out included — with what
     ``new``'s own frame, run alone, reads there. ``accesses`` as ``step_accesses`` gives them (the normal slots).
+    The old frame's arena after c steps is kept from one stop to the next (step c + 1 runs on a copy of it).
     """
     hazards: list[ResumeHazard] = []
     values: dict[Any, int] = {"frame": 0, "garbage": 1}  # symbolic values interned: equal values, equal ids
     for (old, new), table in tables.items():
-        reference = _reads_of_run(accesses[new], [], 0, values)
+        reference = _reads_of_run(_SymbolicArena(), accesses[new], 0, values)
+        old_frame = _SymbolicArena()  # the arena after the old frame's first `finished` steps
         for finished in range(len(accesses[old]) + 1):
+            if finished:
+                old_frame.run(accesses[old][finished - 1], finished == 1, values)
             stops = [(False, table.after[finished])]
             if finished < len(table.during):
                 stops.append((True, table.during[finished]))
             for partial, resume in stops:
-                got = _reads_of_run(accesses[new], accesses[old][:finished + partial], resume, values,
-                                    partial=partial)
+                arena = old_frame.copy()
+                if partial:  # stopped inside step finished + 1: what it writes is garbage
+                    arena.run(accesses[old][finished], finished == 0, values, broken=True)
+                got = _reads_of_run(arena, accesses[new], resume, values)
                 want_reads = [*reference[resume:-1], reference[-1]]  # the new steps left, then the outputs
                 for step, (want, seen) in enumerate(zip(want_reads, got, strict=True), resume + 1):
                     if want != seen:
@@ -562,31 +591,48 @@ def check_resume(accesses: Mapping[str, Sequence[StepAccess]],
 _Reads = list[tuple[str, tuple[tuple[int, int, int], ...]]]
 
 
-def _reads_of_run(new: Sequence[StepAccess], before: Sequence[StepAccess], resume: int, values: dict[Any, int], *,
-                  partial: bool = False) -> list[_Reads]:
-    """Run ``before`` (the old frame's steps, the last one partly when ``partial``) then ``new``'s steps
-    resume+1.. symbolically; the values each new step reads, range by range, then those of the outputs the
-    caller gets (``check_resume``). A value is interned in ``values``: the frame (0), garbage (1), or (tensor,
-    unit, the value ids it read)."""
-    memory: list[tuple[int, int, int]] = []  # disjoint (start, end, value id) segments
+class _SymbolicArena:
+    """The arena as disjoint (start, end, value id) segments sorted by start (``check_resume``'s memory)."""
 
-    def write(start: int, end: int, value: int) -> None:
-        kept: list[tuple[int, int, int]] = []
-        for a, b, v in memory:
-            if b <= start or end <= a:
-                kept.append((a, b, v))
-                continue
+    def __init__(self, segments: list[tuple[int, int, int]] | None = None) -> None:
+        self.segments = segments if segments is not None else []
+        self.starts = [a for a, _, _ in self.segments]
+
+    def copy(self) -> _SymbolicArena:
+        return _SymbolicArena(list(self.segments))
+
+    def _first_touching(self, start: int) -> int:
+        """Index of the first segment that ends after ``start``."""
+        index = bisect.bisect_right(self.starts, start) - 1
+        return index if index >= 0 and self.segments[index][1] > start else index + 1
+
+    def write(self, start: int, end: int, value: int) -> None:
+        first = last = self._first_touching(start)
+        while last < len(self.segments) and self.segments[last][0] < end:
+            last += 1
+        pieces = [(start, end, value)]
+        if first < last:
+            a, _, v = self.segments[first]
             if a < start:
-                kept.append((a, start, v))
+                pieces.insert(0, (a, start, v))
+            _, b, v = self.segments[last - 1]
             if end < b:
-                kept.append((end, b, v))
-        kept.append((start, end, value))
-        memory[:] = sorted(kept)
+                pieces.append((end, b, v))
+        self.segments[first:last] = pieces
+        self.starts[first:last] = [a for a, _, _ in pieces]
 
-    def read(start: int, end: int) -> tuple[tuple[int, int, int], ...]:
-        return tuple((max(a, start), min(b, end), v) for a, b, v in memory if a < end and start < b)
+    def read(self, start: int, end: int) -> tuple[tuple[int, int, int], ...]:
+        out = []
+        index = self._first_touching(start)
+        while index < len(self.segments) and self.segments[index][0] < end:
+            a, b, v = self.segments[index]
+            out.append((max(a, start), min(b, end), v))
+            index += 1
+        return tuple(out)
 
-    def run(step: StepAccess, first: bool, broken: bool = False) -> _Reads:
+    def run(self, step: StepAccess, first: bool, values: dict[Any, int], broken: bool = False) -> _Reads:
+        """Run ``step`` symbolically (``first``: it is step 1, which copies the frame in; ``broken``: it stopped
+        part way, leaving garbage where it writes); the values it read, its copy-out included."""
         read_tensors = {tensor for tensor, _, _ in step.reads}
         written_tensors = {tensor for tensor, _, _ in step.writes}
         # the frame's copy-in belongs to step 1: it writes the input slot, which step 1's unit then reads; the
@@ -594,21 +640,26 @@ def _reads_of_run(new: Sequence[StepAccess], before: Sequence[StepAccess], resum
         copied_in = {tensor for tensor in written_tensors if first and tensor in read_tensors}
         for tensor, start, end in step.writes:
             if tensor in copied_in:
-                write(start, end, 0)
-        reads = [(tensor, read(start, end)) for tensor, start, end in step.reads if tensor not in written_tensors
-                 or tensor in copied_in]
+                self.write(start, end, 0)
+        reads = [(tensor, self.read(start, end)) for tensor, start, end in step.reads
+                 if tensor not in written_tensors or tensor in copied_in]
         for tensor, start, end in step.writes:
             if tensor not in copied_in:
-                write(start, end, 1 if broken else values.setdefault((tensor, step.unit, tuple(reads)), len(values)))
-        copied_out = [(tensor, read(start, end)) for tensor, start, end in step.reads if tensor in written_tensors
-                      and tensor not in copied_in]
+                self.write(start, end,
+                           1 if broken else values.setdefault((tensor, step.unit, tuple(reads)), len(values)))
+        copied_out = [(tensor, self.read(start, end)) for tensor, start, end in step.reads
+                      if tensor in written_tensors and tensor not in copied_in]
         return reads + copied_out
 
-    for k, step in enumerate(before):
-        run(step, k == 0, broken=partial and k == len(before) - 1)
-    reads = [run(step, k == 0) for k, step in enumerate(new) if k >= resume]
+
+def _reads_of_run(arena: _SymbolicArena, new: Sequence[StepAccess], resume: int,
+                  values: dict[Any, int]) -> list[_Reads]:
+    """Run ``new``'s steps resume+1.. symbolically on ``arena`` (what the old frame left there); the values each
+    new step reads, range by range, then those of the outputs the caller gets (``check_resume``). A value is
+    interned in ``values``: the frame (0), garbage (1), or (tensor, unit, the value ids it read)."""
+    reads = [arena.run(step, k == 0, values) for k, step in enumerate(new) if k >= resume]
     # what the caller gets: the outputs' copy-out at the end, also when no new step was left to run
-    outputs = [(tensor, read(start, end)) for tensor, start, end in new[-1].reads
+    outputs = [(tensor, arena.read(start, end)) for tensor, start, end in new[-1].reads
                if tensor in {t for t, _, _ in new[-1].writes}]
     return [*reads, outputs]
 

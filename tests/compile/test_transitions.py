@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sbrs.compile.transitions import PairTable
+from sbrs.compile.transitions import Hazard, PairTable, StepAccess, accesses_conflict, check_schedule
 
 
 def _simulated_overlap(wait: tuple[int, ...], old_steps: int, ssr_step: int) -> int:
@@ -29,3 +29,45 @@ def test_overlap_steps_counts_what_the_schedule_overlaps(case: tuple[int, list[i
 def test_a_new_step_that_waits_for_the_whole_old_frame_holds_back_the_rest() -> None:
     table = PairTable("a", "b", 4, (0, 4, 0), (0, 4, 0), (0, 4, 0))
     assert table.overlap_steps(1) == 1  # step 3 waits for nothing itself, but runs after step 2
+
+
+def _hazards_step_by_step(accesses: dict[str, tuple[StepAccess, ...]], waits: dict[str, tuple[int, ...]],
+                          limit: int) -> list[Hazard]:
+    """The schedule's definition walked literally: every pair, SSR step, new step and old step past what the
+    new step is ordered after, one ``accesses_conflict`` each (the checker before it tested each pair once)."""
+    found: list[Hazard] = []
+    for old, old_steps in accesses.items():
+        for new, new_steps in accesses.items():
+            if old == new:
+                continue
+            for ssr in range(1, len(old_steps) + 1):
+                after = 0
+                for i, step in enumerate(new_steps, 1):
+                    after = max(after, waits[f"{old}->{new}"][i - 1], ssr)
+                    for j in range(after + 1, len(old_steps) + 1):
+                        if accesses_conflict(old_steps[j - 1], step):
+                            found.append(Hazard(old, new, ssr, j, i, ""))
+                            if len(found) >= limit:
+                                return found
+    return found
+
+
+_ranges = st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 12), st.integers(1, 6)), max_size=3)
+_steps = st.lists(st.tuples(_ranges, _ranges), min_size=1, max_size=5)
+
+
+@given(scenarios=st.lists(_steps, min_size=2, max_size=3), data=st.data(), limit=st.integers(1, 30))
+def test_check_schedule_finds_the_hazards_of_the_literal_definition(
+        scenarios: list[list[tuple[list, list]]], data: st.DataObject, limit: int) -> None:
+    """On random byte accesses and random tables, the checker reports exactly the hazards a step-by-step walk of
+    every SSR step finds, in the same order."""
+    accesses = {f"s{k}": tuple(StepAccess(f"u{k}.{i}", tuple((t, a, a + n) for t, a, n in reads),
+                                          tuple((t, a, a + n) for t, a, n in writes))
+                               for i, (reads, writes) in enumerate(steps))
+                for k, steps in enumerate(scenarios)}
+    waits = {f"{o}->{n}": tuple(data.draw(st.lists(st.integers(0, len(accesses[o])), min_size=len(accesses[n]),
+                                                   max_size=len(accesses[n]))))
+             for o in accesses for n in accesses if o != n}
+    got = [(h.old, h.new, h.ssr_step, h.old_step, h.new_step) for h in check_schedule(accesses, waits, limit=limit)]
+    want = [(h.old, h.new, h.ssr_step, h.old_step, h.new_step) for h in _hazards_step_by_step(accesses, waits, limit)]
+    assert got == want
