@@ -129,7 +129,7 @@ def _kernels(model: onnx.ModelProto | str, path: Path) -> Counter[str]:
     return Counter(node.op_type for node in onnx.load(path).graph.node)
 
 
-@pytest.mark.parametrize("granularity", ["auto", "layer"])
+@pytest.mark.parametrize("granularity", ["auto", pytest.param("layer", marks=pytest.mark.slow)])  # ~130 sessions
 def test_int8_units_run_on_the_integer_kernels_plain_onnx_runtime_uses(mobilenet_app: App, tmp_path: Path,
                                                                        granularity: str) -> None:
     """What ONNX Runtime makes of the units of a QDQ scenario: as many QLinearConv (its QDQ fusion) as it
