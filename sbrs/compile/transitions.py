@@ -424,12 +424,13 @@ def plan_shadow(plan: UnitPlan) -> tuple[UnitPlan, dict[str, int]]:
             if live.timeline in plan.sequences:
                 shadow_lives.setdefault(block.id, []).append(Live(f"{live.timeline}~", live.first, live.last))
     for old in plan.scenarios:
+        touched = _tensor_times(accesses[old][1:], lambda k: k + 1)  # the same for every new scenario
         for new in plan.scenarios:
             if old == new:
                 continue
             old_timeline = f"{old}->{new}:old"
             concurrent.add(frozenset({old_timeline, f"{new}~"}))
-            for tensor, (first, last) in _tensor_times(accesses[old][1:], lambda k: k + 1).items():
+            for tensor, (first, last) in touched.items():
                 extra.setdefault(tensor, []).append(Live(old_timeline, first, last))
             # The old outputs until their copy-out, which follows the last old step: a request seen after that
             # step lets the new frame run before it (``sbrs.runtime.switching.new_first``), also when the old frame
