@@ -117,8 +117,7 @@ def _memory_table(app: Any, plans: dict[tuple[str, ...], Any]) -> str:
         f"{'A':<12} {'params':>8} {'naive':>8} {'supergr.':>8} {'Alg. 8':>8} {'arena':>8} {'bound':>8}"
         f" {'arena/bd':>8} {'total':>8} {'vs M_naive':>10}",
     ]
-    for adaptive, plan in plans.items():
-        memory = plan.memory
+    for adaptive, memory in plans.items():
         total = memory.params_bytes + memory.arena_bytes
         lines.append(
             f"{'{' + ', '.join(adaptive) + '}':<12} {_mb(memory.params_bytes):>8} {_mb(memory.naive_bytes):>8}"
@@ -152,15 +151,15 @@ def cmd_build(args: argparse.Namespace) -> int:
 def _build_text(result: Any) -> str:
     """``sbrs build``'s report for people: the memory table per A, per scenario, where the plan and the build
     went, and the reduction when a memory limit needed one."""
-    from sbrs.memory.app_plan import build_plan, with_adaptive
+    from sbrs.memory.app_plan import plan_memory
 
     app, plan, report = result.app, result.plan, result.report
     reduction = report.get("reduction")
     built = report["build"]
-    plans = {tuple(app.config.adaptive): plan}
+    plans = {tuple(app.config.adaptive): plan.memory}
     for adaptive in ADAPTIVE_SETS:
-        if adaptive not in plans:
-            plans[adaptive] = build_plan(with_adaptive(app, adaptive))
+        if adaptive not in plans:  # the table's other rows need the figures alone, not a whole plan
+            plans[adaptive] = plan_memory(app, adaptive)
     lines = [f"app {app.name}: {len(app.models)} scenarios, A = {{{', '.join(plan.adaptive)}}},"
              f" {report['supergraph_layers']} supergraph layers, {report['supergraph_edges']} edges,"
              f" {report['control_parameters']} control parameters", _memory_table(app, plans),
