@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[1]
 APPS = sorted((REPO / "apps").glob("*.yaml"))
-#: The example apps whose every transition the fast tier proves; the others' proofs are in the slow tier.
+#: The example apps whose every resume point the fast tier proves; the others' proofs are in the slow tier.
 SMALL_APPS = ("tiny", "pamap2")
 
 
