@@ -21,8 +21,8 @@ What can go wrong, and what happens:
   are no MAVLink) is ignored and counted: ``malformed`` in the summary and in ``sbrs_sensor_readings_total``
   (``RunObserver.sensor_reading``); the first one of each sensor is logged.
 - A sensor that stops answering (a file gone or unreadable, a link broken, a link that brings nothing from the
-  flight controller for ``SILENT_AFTER_POLLS`` periods) is logged once, and once more when it answers again;
-  a broken link is opened again at every poll. Its last value ages out: ``max_age_s`` after its last reading
+  flight controller for ``SILENT_AFTER_S``, five heartbeats) is logged once, and once more when it answers
+  again; a broken link is opened again at every poll. Its last value ages out: ``max_age_s`` after its last reading
   the value is forgotten (None, unknown, as ``sbrs env --clear`` does), which the policy sees as no constraint.
 - Nothing raises out of the thread: an unexpected error is logged once per sensor and the thread goes on.
   Hysteresis (the policy's thresholds) and the once-per-change forwarding keep a value hovering at a threshold
@@ -59,9 +59,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-SILENT_AFTER_POLLS = 5
-"""A link (MAVLink) that brings nothing from the flight controller for this many polling periods is logged as
-silent (its value still ages out after ``max_age_s``)."""
+SILENT_AFTER_S = 5.0
+"""A link (MAVLink) that brings nothing from the flight controller for this long (five of its 1 Hz heartbeats) is
+logged as silent; its value still ages out after ``max_age_s``. Not tied to ``poll_s``: a short period for the
+sysfs sensors must not make a healthy link look silent between two heartbeats."""
 
 
 def open_sensor(spec: SensorSpec) -> Sensor:
@@ -180,6 +181,7 @@ class EnvironmentSensors:
         started = clock()
         for state in self._states:
             state.heard_at = started
+            state.broken = not state.sensor.polled and state.sensor.fileno() is None  # a link not open yet
         controller.attach_status("sensors", self.status)  # sbrs status shows them
 
     @property
@@ -216,10 +218,10 @@ class EnvironmentSensors:
             state.heard_at = now
             self._watch(index)
             logger.info("sbrs run: sensor %s: open again", state.spec.spec)
-        elif state.answering and now - state.heard_at > SILENT_AFTER_POLLS * self.poll_s:
+        elif state.answering and now - state.heard_at > SILENT_AFTER_S:
             state.answering = False
-            logger.warning("sbrs run: sensor %s: nothing from it for %.3g s; its %s is forgotten %s after its last "
-                           "reading", state.spec.spec, now - state.heard_at, state.spec.field, self._age_text())
+            logger.warning("sbrs run: sensor %s: nothing from it for %.3g s; %s", state.spec.spec,
+                           now - state.heard_at, self._age_text(state))
 
     def _take(self, state: SensorState, now: float) -> None:
         """Read the sensor and use what it brought."""
@@ -280,8 +282,7 @@ class EnvironmentSensors:
         self._observers.sensor_reading(state.spec.kind, "failed")
         if state.answering:
             state.answering = False
-            logger.warning("sbrs run: sensor %s does not answer: %s; its %s is forgotten %s after its last reading",
-                           state.spec.spec, why, state.spec.field, self._age_text())
+            logger.warning("sbrs run: sensor %s does not answer: %s; %s", state.spec.spec, why, self._age_text(state))
         else:
             logger.debug("sbrs run: sensor %s does not answer: %s", state.spec.spec, why)
 
@@ -323,8 +324,10 @@ class EnvironmentSensors:
             else:
                 logger.debug("sbrs run: sensor %s: %s: %s", state.spec.spec, type(exc).__name__, message)
 
-    def _age_text(self) -> str:
-        return "never" if self.max_age_s is None else f"{self.max_age_s:g} s"
+    def _age_text(self, state: SensorState) -> str:
+        if self.max_age_s is None:
+            return f"its last {state.spec.field} is kept (max_age_s: null)"
+        return f"its {state.spec.field} is forgotten {self.max_age_s:g} s after its last reading"
 
     # -- the thread --------------------------------------------------------------------------------------------
 

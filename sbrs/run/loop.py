@@ -319,7 +319,8 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
     measurements = Measurements(controller, memory)
     sensors = None
     environment = config.environment
-    if environment.sources or environment.min_fps is not None or env_sources is not None:
+    if environment.sources or environment.min_fps is not None or any(
+            option is not None for option in (env_sources, env_poll_s, env_max_age_s)):
         from sbrs.control.sensors import environment_for_run, source_frame_rate
 
         try:  # a source that cannot be opened fails before the first frame

@@ -163,3 +163,32 @@ def test_without_pymavlink_the_run_names_the_extra(monkeypatch: pytest.MonkeyPat
     assert status == 2
     assert_one_line_error(capsys.readouterr().err,
                           '--env-source: reading a flight controller needs pymavlink: pip install "sbrs[mavlink]"')
+
+
+def test_a_tcp_server_that_starts_after_the_run_is_connected_at_a_poll() -> None:
+    """mavlink-router may start after sbrs: the link is opened at every poll until it connects, then read."""
+    from sbrs.control import PolicyController
+    from sbrs.control.sensors import EnvironmentSensors
+    from tests.control.helpers import three_scenarios
+
+    port = free_tcp_port()
+    controller = PolicyController(three_scenarios(), lambda name: None)
+    hub = EnvironmentSensors(controller, [MavlinkBattery(parse_env_source(f"mavlink:tcp:127.0.0.1:{port}"))],
+                             poll_s=0.02, max_age_s=None)
+    with hub:
+        deadline = time.monotonic() + 10
+        while hub.status()[0]["failed"] < 3 and time.monotonic() < deadline:  # polls while nobody listens
+            time.sleep(0.01)
+        assert hub.status()[0]["answering"] is False
+        server = socket.create_server(("127.0.0.1", port))
+        try:
+            connection, _ = server.accept()
+            autopilot = FlightController(connection.sendall)
+            autopilot.send(autopilot.heartbeat(), autopilot.battery_status(33))
+            while controller.environment.battery is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            status = hub.status()[0]
+            connection.close()
+        finally:
+            server.close()
+    assert controller.environment.battery == 0.33 and status["answering"] is True and status["failed"] >= 3
