@@ -111,7 +111,7 @@ def initial_environment(config: EnvironmentConfig, source_fps: float | None = No
     why). ``{}`` when there are none."""
     if config.min_fps is None:
         return {}
-    if config.min_fps == "source":
+    if isinstance(config.min_fps, str):  # "source"
         if source_fps is None:
             logger.warning("sbrs run: environment.min_fps: source: the frame source has no frame rate of its own "
                            "(a folder of frames, synthetic frames); min_fps stays unknown")
@@ -125,7 +125,8 @@ def initial_environment(config: EnvironmentConfig, source_fps: float | None = No
 
 @dataclass
 class SensorState:
-    """What the hub knows of one sensor (guarded by the hub's lock)."""
+    """What the hub knows of one sensor: its counts and last value (written under the hub's lock, which
+    ``status`` reads them under) and the sensors' thread's own bookkeeping."""
 
     sensor: Sensor
     readings: int = 0
