@@ -457,7 +457,10 @@ def environment_for_run(config: EnvironmentConfig, controller: PolicyController,
     age = config.max_age_s if max_age_s is None else check_period(max_age_s, "--env-max-age")
     assert period is not None
     initial = initial_environment(config, source_fps)
-    sensors = open_sensors(specs)
+    try:
+        sensors = open_sensors(specs)
+    except InputError as exc:  # named where the source was given
+        raise InputError(exc.detail, field="--env-source" if sources is not None else "environment.sources") from None
     if initial:
         try:
             reply = controller.update_environment(initial)
