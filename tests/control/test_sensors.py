@@ -309,8 +309,8 @@ def test_command_line_sources_replace_the_app_files(tmp_path: Path) -> None:
     assert environment_for_run(config, controller, sources=["none"]) is None
     with pytest.raises(InputError, match=r"--env-poll: expected seconds in \[0.01, 86400\], got 0"):
         environment_for_run(config, controller, poll_s=0)
-    with pytest.raises(InputError, match="^--env-source: power_supply:.*: no such folder$"):
+    with pytest.raises(InputError, match=r"^--env-source: power_supply:.*: no such folder$"):
         environment_for_run(config, controller, sources=[f"power_supply:{tmp_path / 'nope'}/"])
     missing = EnvironmentConfig(sources=(parse_env_source(f"thermal:{tmp_path / 'nope'}/"),))
-    with pytest.raises(InputError, match="^environment.sources: thermal:.*: no such folder$"):
+    with pytest.raises(InputError, match=r"^environment\.sources: thermal:.*: no such folder$"):
         environment_for_run(missing, controller)  # the app file's: named as its field
