@@ -158,7 +158,8 @@ def test_without_pymavlink_the_run_names_the_extra(monkeypatch: pytest.MonkeyPat
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setitem(sys.modules, "pymavlink.dialects.v20", None)  # as if pymavlink were not installed
     port = free_udp_port()
-    status = main(["run", str(REPO / "apps" / "tiny.yaml"), "--frames", "1", "--no-socket",
+    # -q: without the notice of a build made first, when the test runs before any other built tiny
+    status = main(["run", str(REPO / "apps" / "tiny.yaml"), "--frames", "1", "--no-socket", "-q",
                    "--env-source", f"mavlink:udpin:127.0.0.1:{port}"])
     assert status == 2
     assert_one_line_error(capsys.readouterr().err,
