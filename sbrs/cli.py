@@ -241,7 +241,8 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
                        granularity=args.granularity, transition=args.transition, on_switch=args.on_switch,
                        socket_path=args.socket,
                        listen=args.listen, no_socket=args.no_socket, order=args.order, observers=observers,
-                       summary_path=args.summary, stop=stop, save_outputs=args.save_outputs)
+                       summary_path=args.summary, stop=stop, save_outputs=args.save_outputs,
+                       env_sources=args.env_source, env_poll_s=args.env_poll, env_max_age_s=args.env_max_age)
     finally:
         if metrics_server is not None:
             metrics_server.stop()
@@ -490,6 +491,16 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
     where.add_argument("--no-socket", action="store_true", help="serve no control socket")
     run.add_argument("--listen", default=None, metavar="HOST:PORT",
                      help="also serve the control protocol on TCP, loopback addresses only")
+    sensing = run.add_argument_group("environment from sensors", "readings go to the app's policy as `sbrs env` "
+                                     "requests do (these replace the app file's environment: section)")
+    sensing.add_argument("--env-source", action="append", default=None, metavar="SPEC",
+                         help="a sensor (repeatable): power_supply[:NAME|:PATH], thermal[:NAME|:PATH], "
+                              "mavlink:udpin:HOST:PORT, mavlink:tcp:HOST:PORT, mavlink:DEVICE[:BAUD]; 'none': none")
+    sensing.add_argument("--env-poll", type=float, default=None, metavar="S",
+                         help="read the sysfs sensors every S seconds (default: environment.poll_s, 1)")
+    sensing.add_argument("--env-max-age", type=float, default=None, metavar="S",
+                         help="forget a sensor's value S seconds after its last reading (default: "
+                              "environment.max_age_s, 10)")
     from sbrs.metrics import cli_arguments
 
     cli_arguments(run)

@@ -218,10 +218,12 @@ FORBIDDEN_WITH_SOCKET = ("asyncio", "ssl", "_ssl", "hashlib", "_hashlib", "numpy
                          "deap", "concurrent.futures")
 
 
-def modules_a_run_loads(app: Path, forbidden: tuple[str, ...] = FORBIDDEN, socket_path: Path | None = None) -> list[str]:
+def modules_a_run_loads(app: Path, forbidden: tuple[str, ...] = FORBIDDEN, socket_path: Path | None = None,
+                        extra: tuple[str, ...] = ()) -> list[str]:
     """Which of ``forbidden`` a fresh process running 3 frames of ``app``'s build imports (``--no-socket``, or
-    with its control socket at ``socket_path``)."""
+    with its control socket at ``socket_path``; ``extra``: more options of ``sbrs run``)."""
     control = ["--socket", str(socket_path)] if socket_path is not None else ["--no-socket"]
+    control += list(extra)
     code = f"""
 import sys
 from sbrs.cli import main

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sbrs.app.environment import EnvironmentConfig, check_sources, parse_env_source
 from sbrs.cache import cached_file, content_key
 from sbrs.errors import InputError
 from sbrs.outputs.spec import DEFAULT_SPEC, PostprocessSpec
@@ -21,7 +22,7 @@ from sbrs.outputs.spec import DEFAULT_SPEC, PostprocessSpec
 if TYPE_CHECKING:  # YAML and pydantic read and validate a file; a compiled build (sbrs.artifact.read) needs neither
     from pydantic import BaseModel
 
-    from sbrs.app.schema import AppEntry, MetricsEntry, PolicyEntry, Requirements, ScenarioEntry
+    from sbrs.app.schema import AppEntry, EnvironmentEntry, MetricsEntry, PolicyEntry, Requirements, ScenarioEntry
     from sbrs.app.yaml_lines import LocatedYaml, Path_
 
 
@@ -144,11 +145,21 @@ class BatteryRule:
 
 
 @dataclass(frozen=True)
+class TemperatureRule:
+    """``policy.temperature[i]``: above ``above`` °C force ``scenario``, or rank by ``requirements``."""
+
+    above: float
+    scenario: str | None = None
+    requirements: RequirementSet | None = None
+
+
+@dataclass(frozen=True)
 class PolicyConfig:
     """The app's ``policy:`` section, resolved (semantics in ``sbrs.control.policy``).
 
-    ``battery`` is sorted by ``below`` (lowest first). ``default_requirements`` is None only in configs built
-    by hand; ``load_app_config`` fills in the initial scenario's requirements when the file gives none.
+    ``battery`` is sorted by ``below`` (lowest first), ``temperature`` by ``above`` (highest first).
+    ``default_requirements`` is None only in configs built by hand; ``load_app_config`` fills in the initial
+    scenario's requirements when the file gives none.
     """
 
     battery: tuple[BatteryRule, ...] = ()
@@ -156,6 +167,8 @@ class PolicyConfig:
     fps_hysteresis: float = 0.1
     high_power: tuple[str, ...] = ()
     default_requirements: RequirementSet | None = None
+    temperature: tuple[TemperatureRule, ...] = ()
+    temperature_hysteresis: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -195,6 +208,7 @@ class AppConfig:
     memory_limit_mb: float | None
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)
 
     def scenario(self, name: str) -> ScenarioConfig:
         for scenario in self.scenarios:
@@ -405,13 +419,45 @@ def _resolve_policy(entry: PolicyEntry, names: list[str], initial: RequirementSe
             raise doc.error(("policy", "high_power", index), f"unknown scenario '{name}' ({known})")
         if name in entry.high_power[:index]:
             raise doc.error(("policy", "high_power", index), f"duplicate entry '{name}'")
+    hot: dict[float, int] = {}
+    for index, hot_rule in enumerate(entry.temperature):
+        if hot_rule.scenario is not None and hot_rule.scenario not in names:
+            raise doc.error(("policy", "temperature", index, "scenario"),
+                            f"unknown scenario '{hot_rule.scenario}' ({known})")
+        if hot_rule.above in hot:
+            raise doc.error(("policy", "temperature", index, "above"), f"duplicate threshold {hot_rule.above:g} "
+                            f"(first: policy.temperature[{hot[hot_rule.above]}])")
+        hot[hot_rule.above] = index
     rules = sorted((BatteryRule(float(rule.below), rule.scenario,
                                 None if rule.requirements is None else _requirement_set(rule.requirements))
                     for rule in entry.battery), key=lambda rule: rule.below)
+    hot_rules = sorted((TemperatureRule(float(rule.above), rule.scenario,
+                                        None if rule.requirements is None else _requirement_set(rule.requirements))
+                        for rule in entry.temperature), key=lambda rule: -rule.above)
     default = initial if entry.default_requirements is None else _requirement_set(entry.default_requirements)
     return PolicyConfig(battery=tuple(rules), battery_hysteresis=float(entry.hysteresis.battery),
                         fps_hysteresis=float(entry.hysteresis.fps), high_power=tuple(entry.high_power),
-                        default_requirements=default)
+                        default_requirements=default, temperature=tuple(hot_rules),
+                        temperature_hysteresis=float(entry.hysteresis.temperature))
+
+
+def _resolve_environment(entry: EnvironmentEntry, doc: LocatedYaml) -> EnvironmentConfig:
+    """The ``environment:`` section: every source parsed (a relative path is relative to the app file), at most
+    one source of each environment value."""
+    base = Path(doc.file).parent
+    sources = []
+    for index, text in enumerate(entry.sources):
+        try:
+            sources.append(parse_env_source(text, base=base))
+        except InputError as exc:
+            raise doc.error(("environment", "sources", index), exc.detail) from None
+    try:
+        check_sources(tuple(sources))
+    except InputError as exc:
+        raise doc.error(("environment", "sources"), exc.detail) from None
+    min_fps = entry.min_fps if entry.min_fps is None or isinstance(entry.min_fps, str) else float(entry.min_fps)
+    return EnvironmentConfig(sources=tuple(sources), poll_s=float(entry.poll_s),
+                             max_age_s=None if entry.max_age_s is None else float(entry.max_age_s), min_fps=min_fps)
 
 
 def _resolve_metrics(entry: MetricsEntry, doc: LocatedYaml) -> MetricsConfig:
@@ -475,4 +521,5 @@ def load_app_config(path: str | Path) -> AppConfig:
         memory_limit_mb=app.memory_limit_mb,
         policy=_resolve_policy(app.policy, names, scenarios[names.index(initial)].requirements, doc),
         metrics=_resolve_metrics(app.metrics, doc),
+        environment=_resolve_environment(app.environment, doc),
     )

@@ -159,17 +159,34 @@ class BatteryThresholdEntry(Strict):
         return self
 
 
+class TemperatureThresholdEntry(Strict):
+    """``policy.temperature[i]``: above this temperature (°C), force ``scenario`` or rank by ``requirements``."""
+
+    above: Annotated[Number, Field(ge=-273.15, le=1000)]
+    scenario: Name | None = None
+    requirements: Requirements | None = None
+
+    @model_validator(mode="after")
+    def _one_action(self) -> TemperatureThresholdEntry:
+        if (self.scenario is None) == (self.requirements is None):
+            raise ValueError("give exactly one of 'scenario' (forced) or 'requirements' (weights to rank by)")
+        return self
+
+
 class HysteresisEntry(Strict):
-    """``policy.hysteresis``: absolute battery margin, relative fps margin (see ``sbrs.control.policy``)."""
+    """``policy.hysteresis``: absolute battery margin, relative fps margin, temperature margin in °C (see
+    ``sbrs.control.policy``)."""
 
     battery: Annotated[Number, Field(ge=0, le=1)] = 0.05
     fps: Annotated[Number, Field(ge=0, lt=1)] = 0.1
+    temperature: Annotated[Number, Field(ge=0, le=100)] = 5.0
 
 
 class PolicyEntry(Strict):
     """``policy:``: how environment values choose a scenario (``sbrs.control.policy``); every key optional."""
 
     battery: list[BatteryThresholdEntry] = []
+    temperature: list[TemperatureThresholdEntry] = []
     hysteresis: HysteresisEntry = HysteresisEntry()
     high_power: list[Name] = []
     default_requirements: Requirements | None = None
@@ -183,6 +200,19 @@ class MetricsEntry(Strict):
     allow_remote: StrictBool = False
 
 
+Seconds = Annotated[Number, Field(ge=0.01, le=86400)]
+
+
+class EnvironmentEntry(Strict):
+    """``environment:``: sensor sources (``sbrs.app.environment``, the grammar of ``sbrs run --env-source``), how
+    often polled sources are read, how long a value lives without a new reading, and ``min_fps``."""
+
+    sources: list[Annotated[StrictStr, Field(min_length=1, max_length=512)]] = []
+    poll_s: Seconds = 1.0
+    max_age_s: Seconds | None = 10.0
+    min_fps: Annotated[Number, Field(ge=0)] | Literal["source"] | None = None
+
+
 class AppEntry(Strict):
     name: Name
     input: InputSpecEntry
@@ -192,6 +222,7 @@ class AppEntry(Strict):
     runtime: RuntimeEntry = RuntimeEntry()
     memory_limit_mb: Annotated[Number, Field(gt=0)] | None = None
     policy: PolicyEntry = PolicyEntry()
+    environment: EnvironmentEntry = EnvironmentEntry()
     metrics: MetricsEntry = MetricsEntry()
     postprocess: Any = None  # every scenario's unless it names its own; checked by sbrs.app.postprocess
 

@@ -285,7 +285,9 @@ def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
         RequirementSet,
         RuntimeOptions,
         ScenarioConfig,
+        TemperatureRule,
     )
+    from sbrs.app.environment import EnvironmentConfig
     from sbrs.outputs.spec import spec_from_dict
 
     def requirements(value: Mapping[str, float] | None) -> RequirementSet | None:
@@ -309,8 +311,12 @@ def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
             battery=tuple(BatteryRule(r["below"], r["scenario"], requirements(r["requirements"]))
                           for r in policy["battery"]),
             battery_hysteresis=policy["battery_hysteresis"], fps_hysteresis=policy["fps_hysteresis"],
-            high_power=tuple(policy["high_power"]), default_requirements=requirements(policy["default_requirements"])),
+            high_power=tuple(policy["high_power"]), default_requirements=requirements(policy["default_requirements"]),
+            temperature=tuple(TemperatureRule(r["above"], r["scenario"], requirements(r["requirements"]))
+                              for r in policy.get("temperature", ())),
+            temperature_hysteresis=policy.get("temperature_hysteresis", 5.0)),
         metrics=MetricsConfig(**data["metrics"]),
+        environment=EnvironmentConfig.from_dict(data.get("environment")),
     )
 
 

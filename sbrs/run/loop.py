@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
@@ -128,6 +128,7 @@ class RunSummary:
     switch_count: int = 0
     switch_delay_total_s: float = 0.0
     postprocess_errors: int = 0  # frames whose post-processing failed (their lines carry ``error``)
+    sensors: list[dict[str, Any]] = field(default_factory=list)  # the environment's sensors and their counts
     recent_switches: deque[SwitchRecord] = field(default_factory=lambda: deque(maxlen=RECENT_SWITCHES))
 
     def add_switch(self, record: SwitchRecord) -> None:
@@ -150,7 +151,8 @@ class RunSummary:
                 "postprocess_errors": self.postprocess_errors,
                 "mean_response_delay_s": round(self.switch_delay_total_s / self.switch_count, 6)
                 if self.switch_count else None,
-                "recent_switches": [record.to_dict() for record in self.recent_switches], "memory": dict(self.memory)}
+                "recent_switches": [record.to_dict() for record in self.recent_switches], "memory": dict(self.memory),
+                "sensors": list(self.sensors)}
 
     def to_text(self) -> str:
         per_scenario = ", ".join(f"{name} {count}" for name, count in self.frames.items()) or "none"
@@ -159,8 +161,13 @@ class RunSummary:
                     f"{self.switch_delay_total_s / self.switch_count * 1e3:.3f} ms" if self.switch_count else "")
         failed = (f"; post-processing failed on {self.postprocess_errors} frames" if self.postprocess_errors
                   else "")
+        sensed = ""
+        if self.sensors:
+            from sbrs.control.sensors import sensors_text
+
+            sensed = f"; sensors: {sensors_text(self.sensors)}"
         return (f"sbrs run: {self.total_frames} frames in {self.seconds:.3f} s, {self.fps:.1f} fps{stopped}; "
-                f"frames per scenario: {per_scenario}{switched}{failed}; {self.memory_text()}")
+                f"frames per scenario: {per_scenario}{switched}{failed}{sensed}; {self.memory_text()}")
 
     def memory_text(self) -> str:
         """The memory figures of the summary line (``Runtime.memory_report``)."""
@@ -270,13 +277,18 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
             socket_path: str | None = None,
             listen: str | None = None, no_socket: bool = False, order: str = "completion",
             observers: Iterable[RunObserver] = (), summary_path: str | None = None,
-            stop: threading.Event | None = None, save_outputs: str | None = None) -> int:
+            stop: threading.Event | None = None, save_outputs: str | None = None,
+            env_sources: Sequence[str] | None = None, env_poll_s: float | None = None,
+            env_max_age_s: float | None = None) -> int:
     """``sbrs run``: load the app, serve the control socket, run frames (JSON lines to stdout or ``output``),
     the summary logged (INFO; and as JSON to ``summary_path``). ``observers`` (``RunObserver``) get every run
     event (metrics plug in here). ``stop``: set it to end the run after the frame in flight (``sbrs run`` sets
     it on SIGINT, SIGTERM and SIGHUP, ``sbrs.cli.stop_on_signals``; the library never touches signal handlers).
     ``save_outputs``: a folder for one ``.npz`` of raw outputs per frame (``sbrs.outputs.save``). A frame whose
-    post-processing fails gets ``error`` in its line and a logged error; the run goes on."""
+    post-processing fails gets ``error`` in its line and a logged error; the run goes on. ``env_sources``,
+    ``env_poll_s``, ``env_max_age_s``: ``--env-source`` (replacing the app file's ``environment.sources``),
+    ``--env-poll``, ``--env-max-age`` (``sbrs.control.sensors.environment_for_run``); the sensors feed the policy
+    from their own thread while frames run."""
     from sbrs.control.controller import PolicyController
     from sbrs.errors import InputError
     from sbrs.ort_env import release_free_memory
@@ -305,6 +317,18 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
         raise
     controller = PolicyController(config, runtime.switch, current=runtime.scenario, switch_source=True)
     measurements = Measurements(controller, memory)
+    sensors = None
+    environment = config.environment
+    if environment.sources or environment.min_fps is not None or any(
+            option is not None for option in (env_sources, env_poll_s, env_max_age_s)):
+        from sbrs.control.sensors import environment_for_run, source_frame_rate
+
+        try:  # a source that cannot be opened fails before the first frame
+            sensors = environment_for_run(environment, controller, fan_out, sources=env_sources, poll_s=env_poll_s,
+                                          max_age_s=env_max_age_s, source_fps=source_frame_rate(frame_source))
+        except BaseException:
+            runtime.close()
+            raise
     server = None
     if not no_socket:  # the socket server's module only when a socket is served
         from sbrs.server import Server
@@ -318,6 +342,8 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
         stream = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
     except OSError as exc:
         runtime.close()
+        if sensors is not None:
+            sensors.close()
         raise InputError(f"{exc.filename}: cannot write ({exc.strerror})",
                          field="--summary" if exc.filename == summary_path else "--output") from None
     writer = json_lines_writer(stream)
@@ -345,16 +371,24 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
             # free in the C heap goes back to the system (``sbrs.ort_env.release_free_memory``)
             release_free_memory()
             try:
+                if sensors is not None:
+                    sensors.start()
                 summary = run_frames(runtime, frame_source, limit=frames, on_frame=on_frame, stop=stop,
                                      order=order)
             finally:
+                if sensors is not None:  # before the runtime stops taking switches
+                    sensors.stop()
                 runtime.node.shutdown()
                 if server is not None:
                     server.stop()
     finally:
+        if sensors is not None:
+            sensors.stop()
         if stream is not sys.stdout:
             stream.close()
     summary.postprocess_errors = postprocess_errors
+    if sensors is not None:
+        summary.sensors = sensors.summary()
     logger.info("%s", summary.to_text())
     if summary_path:
         with open(summary_path, "w", encoding="utf-8") as summary_stream:
