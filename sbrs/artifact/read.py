@@ -286,6 +286,7 @@ def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
         RuntimeOptions,
         ScenarioConfig,
     )
+    from sbrs.app.preprocess import preprocess_from_dict
     from sbrs.outputs.spec import spec_from_dict
 
     def requirements(value: Mapping[str, float] | None) -> RequirementSet | None:
@@ -294,7 +295,8 @@ def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
     policy = data["policy"]
     return AppConfig(
         name=data["name"], path=data["path"],
-        input=InputSpec(data["input"]["name"], tuple(data["input"]["shape"]), data["input"]["dtype"]),
+        input=InputSpec(data["input"]["name"], tuple(data["input"]["shape"]), data["input"]["dtype"],
+                        preprocess_from_dict(data["input"].get("preprocess"))),
         adaptive=tuple(data["adaptive"]), initial=data["initial"],
         scenarios=tuple(ScenarioConfig(s["name"], s["defined_in"], s["model_kind"], s["model_path"],
                                        RequirementSet(**s["requirements"]),
@@ -311,6 +313,7 @@ def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
             battery_hysteresis=policy["battery_hysteresis"], fps_hysteresis=policy["fps_hysteresis"],
             high_power=tuple(policy["high_power"]), default_requirements=requirements(policy["default_requirements"])),
         metrics=MetricsConfig(**data["metrics"]),
+        source=data.get("source"),
     )
 
 
