@@ -36,6 +36,8 @@ Metrics (``MetricsObserver.METRICS`` lists the names):
 - ``sbrs_environment_battery_ratio`` (0..1), ``sbrs_environment_min_fps``,
   ``sbrs_environment_energy_budget_joules`` (per frame): the last environment values, NaN when unknown.
 - ``sbrs_build_info{version, onnxruntime, providers}``: constant 1 (``providers`` comma-separated).
+- ``sbrs_source_frames_dropped_total``: frames a live source (camera, stream) replaced with newer ones before
+  the runtime took them; ``sbrs_source_reconnects_total``: reopenings of a source that had stopped.
 """
 
 from __future__ import annotations
@@ -131,7 +133,8 @@ class MetricsObserver:
         "sbrs_switch_requests_total", "sbrs_control_requests_total", "sbrs_frames_total", "sbrs_inference_seconds",
         "sbrs_frames_cancelled_total",
         "sbrs_scenario_high_power", *(name for name, _ in FACT_GAUGES.values()),
-        *(name for name, _ in ENVIRONMENT_GAUGES.values()), "sbrs_build_info")
+        *(name for name, _ in ENVIRONMENT_GAUGES.values()), "sbrs_build_info",
+        "sbrs_source_frames_dropped_total", "sbrs_source_reconnects_total")
 
     def __init__(self, scenarios: Iterable[str], *, initial: str | None = None, high_power: Iterable[str] = (),
                  providers: Iterable[str] = (), registry: CollectorRegistry | None = None,
@@ -182,6 +185,10 @@ class MetricsObserver:
                             for key, (name, help_text) in ENVIRONMENT_GAUGES.items()}
         self.build_info = Info("sbrs_build", "Versions of sbrs and ONNX Runtime, and the execution providers",
                                registry=reg)
+        self.dropped = Counter("sbrs_source_frames_dropped", "Frames a live source replaced with newer ones before"
+                               " the runtime took them", registry=reg)
+        self.reconnects = Counter("sbrs_source_reconnects", "Reopenings of a frame source that had stopped giving"
+                                  " frames", registry=reg)
 
         # Every series exists from the start (with 0 or NaN), so rate() and alert rules see them at once.
         self.last_switch_delay.set(math.nan)
@@ -285,6 +292,15 @@ class MetricsObserver:
             if key in values:
                 value = _number(values[key])
                 gauge.set(math.nan if value is None else value)
+
+    def frames_dropped(self, count: int) -> None:
+        """Count frames a live source dropped (a non-positive or non-integer count is ignored)."""
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+            self.dropped.inc(count)
+
+    def source_reconnected(self, source: str) -> None:
+        """Count a reopening of the frame source."""
+        self.reconnects.inc()
 
     # -- helpers -----------------------------------------------------------------------------------------------
 

@@ -43,6 +43,12 @@ class RunObserver(Protocol):
     def environment_changed(self, values: Mapping[str, Any]) -> None:
         """The last known environment values (battery, min_fps, energy_budget_j, ...), None for unknown."""
 
+    def frames_dropped(self, count: int) -> None:
+        """A live frame source replaced ``count`` frames with newer ones before the runtime took them."""
+
+    def source_reconnected(self, source: str) -> None:
+        """A frame source that had stopped giving frames was opened again (``sbrs run --reconnect``)."""
+
 
 class Observers:
     """Forward every event to each observer; an observer that raises is skipped, never the caller."""
@@ -77,3 +83,9 @@ class Observers:
 
     def environment_changed(self, values: Mapping[str, Any]) -> None:
         self._emit("environment_changed", values)
+
+    def frames_dropped(self, count: int) -> None:
+        self._emit("frames_dropped", count)
+
+    def source_reconnected(self, source: str) -> None:
+        self._emit("source_reconnected", source)
