@@ -229,6 +229,10 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     # stderr but errors (a stream's read timeout is a warning of theirs; sbrs logs what it does about it).
     os.environ.setdefault("OPENCV_LOG_LEVEL", "ERROR")
     os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")
+    if args.source is not None:  # a text that names no source fails before the app is built or loaded
+        from sbrs.run.sources import parse_source
+
+        parse_source(args.source)
 
     folder = ensure_build(args.app, rebuild=args.rebuild)
     config = config_from_dict(read_manifest(folder, args.app)["config"])

@@ -242,9 +242,11 @@ class CaptureSource(FrameSource):
         return None
 
     def close(self) -> None:
-        """Stop the reading thread (a read or an open in progress ends within its timeout) and let the source go."""
+        """Stop the reading thread and let the source go. A read in progress ends within its timeout, which is
+        waited for; an attempt to reopen a stream may take up to its open timeout, which is not: the thread (a
+        daemon) then lets the source go when that attempt ends."""
         self._closing.set()
         with self._cond:
             self._cond.notify_all()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(sum(self._timeouts) + 1.0)
+            self._thread.join(self._timeouts[1] + 1.0)
