@@ -365,9 +365,9 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
         if not frame_source.pictures:
             frame_source.close()
             runtime.close()
-            raise InputError(f"{'--save-video' if save_video is not None else '--show'} draws on the source's "
-                             "pictures, and random or .npy frames have none: give a video, a camera, a stream or "
-                             "a folder of images with --source", field="--source")
+            raise InputError("draws on the source's pictures, and random or .npy frames have none: give a video, "
+                             "a camera, a stream or a folder of images with --source",
+                             field="--save-video" if save_video is not None else "--show")
         from sbrs.run.overlay import FrameViewer, frame_for_view
 
         viewer = FrameViewer(cv2, video=video_path, show=show, stop=stop,

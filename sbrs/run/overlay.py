@@ -127,7 +127,7 @@ def draw(cv2: ModuleType, frame: ViewFrame, fps: float, switch_note: str | None)
     bar = round(30 * scale / 0.8)
     value = frame.value
     if isinstance(value, Detections):
-        thickness = max(2, round(scale * 3))
+        thickness = max(2, round(scale * 4))
         for box, score, label in zip(value.boxes, value.scores, value.classes, strict=True):
             x1, y1, x2, y2 = (round(float(v)) for v in box)
             colour = class_colour(int(label))
