@@ -210,3 +210,20 @@ def test_a_switch_is_marked_on_the_frame_where_it_took_effect(tiny: Path, clip: 
 
 def test_a_run_of_random_frames_loads_no_video_library(tiny: Path) -> None:
     assert modules_a_run_loads(tiny, (*FORBIDDEN, "cv2")) == []
+
+
+def test_the_python_api_opens_the_same_source(tiny: Path, clip: Path) -> None:
+    """``sbrs.open_source``: for an app path, an ``App`` or an ``InputSpec``; None takes the app's ``source:``."""
+    import sbrs
+
+    app = load_app(tiny)
+    with sbrs.open_source(str(clip), tiny) as by_path, sbrs.open_source(str(clip), app) as by_app, \
+            sbrs.open_source(str(clip), app.config.input) as by_spec:
+        tensors = [list(source) for source in (by_path, by_app, by_spec)]
+    assert len(tensors[0]) == 6 and all(
+        np.array_equal(a, b) for other in tensors[1:] for a, b in zip(tensors[0], other, strict=True))
+    with_source = tiny.parent / "api-source.yaml"
+    shutil.copy(clip, tiny.parent / "api-clip.mp4")
+    with_source.write_text(APP.replace("name: tinyvideo", "name: tinyvideo\nsource: api-clip.mp4"))
+    with sbrs.open_source(None, with_source) as source:
+        assert source.kind == "file" and len(list(source)) == 6
