@@ -160,8 +160,13 @@ class Preprocessor:
     def __call__(self, picture: np.ndarray, order: str = "BGR") -> tuple[np.ndarray, Geometry]:
         """The input tensor of ``picture`` (``H x W x 3`` uint8 in ``order``, or ``H x W`` gray) and its
         ``Geometry``."""
-        pixels = self.colour(picture, order)
-        resized, geometry = self.fit(pixels)
+        image = np.asarray(picture)
+        if self.channels == 3 and image.ndim == 3 and image.shape[2] == 3:
+            # resized first, then the channels reordered: a reversed view of a whole camera frame would make
+            # OpenCV copy it before resizing (27 ms against 0.8 ms for 1280x720, measured); the padding is grey
+            resized, geometry = self.fit(self.colour(image, self.settings.colors))
+            return self.tensor(self.colour(resized, order)), geometry
+        resized, geometry = self.fit(self.colour(image, order))
         return self.tensor(resized), geometry
 
     def colour(self, picture: np.ndarray, order: str) -> np.ndarray:
@@ -205,15 +210,15 @@ class Preprocessor:
 
     def tensor(self, pixels: np.ndarray) -> np.ndarray:
         """``H x W x C`` uint8 → the input tensor: values (float inputs), layout, batch dimension, dtype."""
-        if self.floating:
-            values = pixels.astype(np.float32)
-            values *= self._scale
-            values -= self._mean
-            values /= self._std
-        else:
-            values = pixels
-        laid = values.transpose(2, 0, 1) if self.layout == "NCHW" else values
-        return np.ascontiguousarray(laid[None], dtype=self.dtype)
+        laid = pixels.transpose(2, 0, 1) if self.layout == "NCHW" else pixels  # laid out while still 8-bit
+        tensor = np.empty((1, *laid.shape), np.float32 if self.floating else self.dtype)
+        tensor[0] = laid
+        if self.floating:  # in float32, as written, whatever float the input is
+            per_channel = (slice(None), None, None) if self.layout == "NCHW" else (None, None, slice(None))
+            tensor *= self._scale
+            tensor -= self._mean[per_channel]
+            tensor /= self._std[per_channel]
+        return tensor if tensor.dtype == self.dtype else tensor.astype(self.dtype)
 
 
 def _resize(pixels: np.ndarray, width: int, height: int) -> np.ndarray:
