@@ -9,9 +9,10 @@ on it, in the picture's pixels (``draw``):
 - a switch: on the frame where it took effect, a border in ``SWITCH_COLOUR`` round the picture, and
   ``switch OLD -> NEW (x ms)`` in the bar from that frame on for ``SWITCH_NOTE_S`` of video.
 
-``FrameViewer`` takes the frames as the run gives them (``add``) and draws, writes and shows them on a thread
-of its own, in stream order (during an SBRS-TP switch a result may come before the one in flight), ``AHEAD``
-frames at most behind the run, which waits beyond that: every processed frame is in the video. The video's
+``FrameViewer`` takes the frames as the run gives them (``add``) and draws and writes them on a thread of its
+own, in stream order (during an SBRS-TP switch a result may come before the one in flight), ``AHEAD`` frames
+at most behind the run, which waits beyond that: every processed frame is in the video. The window shows the
+newest drawn picture from the caller's thread (GUI toolkits want one thread, Qt the main one). The video's
 frame rate is the file's where the source is a file read whole, so it plays as the clip did; else it is the
 rate the first ``RATE_FRAMES`` frames were processed at. A picture of another size than the first (a folder
 of images) is resized to the first's. ``--show``: the same pictures in a window; ``q`` or Esc there stops
@@ -170,21 +171,24 @@ class FrameViewer:
         self._writer: Any = None
         self._size: tuple[int, int] | None = None
         self._sample: list[tuple[np.ndarray, float]] = []  # drawn frames kept until the video's rate is known
+        self._drawn: deque[np.ndarray] = deque(maxlen=1)  # the newest drawn picture, for the window
         self._error: BaseException | None = None
         self.written = 0
         self._thread = threading.Thread(target=self._run, name="sbrs-viewer", daemon=True)
         self._thread.start()
 
     def add(self, frame: ViewFrame) -> None:
-        """Hand one processed frame over (waits while the viewer is ``AHEAD`` frames behind); a failure of the
-        viewer's thread is raised here."""
+        """Hand one processed frame over (waits while the viewer is ``AHEAD`` frames behind), and show the newest
+        drawn picture (the window belongs to the caller's thread: GUI toolkits want one thread, Qt the main
+        one); a failure of the viewer's thread is raised here."""
         self._raise()
         while self._thread.is_alive():
             try:
                 self._queue.put(frame, timeout=0.1)
-                return
+                break
             except queue.Full:
-                continue
+                self._show_newest()
+        self._show_newest()
         self._raise()
 
     def close(self) -> None:
@@ -192,6 +196,9 @@ class FrameViewer:
         if self._thread.is_alive():
             self._queue.put(None)
             self._thread.join()
+        if self.show:
+            self._show_newest()
+            self._cv2.destroyAllWindows()
         self._raise()
 
     def _raise(self) -> None:
@@ -232,7 +239,7 @@ class FrameViewer:
                         switch_until = frame.index + SWITCH_NOTE_S * (self.fps or FALLBACK_FPS)
                     image = draw(self._cv2, frame, fps, switch_note if frame.index < switch_until else None)
                     if self.show:
-                        self._show(image)
+                        self._drawn.append(image)
                     if self.video is not None:
                         self._record(image, frame.done_at)
                 if item is None:
@@ -243,8 +250,6 @@ class FrameViewer:
         finally:
             if self._writer is not None:
                 self._writer.release()
-            if self.show:
-                self._cv2.destroyAllWindows()
 
     def _record(self, image: np.ndarray, done_at: float) -> None:
         """Write ``image``; while the video's rate is still unknown, keep it with the first ``RATE_FRAMES``."""
@@ -281,9 +286,12 @@ class FrameViewer:
         self._writer.write(image)
         self.written += 1
 
-    def _show(self, image: np.ndarray) -> None:
+    def _show_newest(self) -> None:
+        """Show the newest picture the thread drew (on the caller's thread); ``q`` or Esc sets ``stop``."""
+        if not self.show or not self._drawn:
+            return
         cv2 = self._cv2
-        cv2.imshow(WINDOW, image)
+        cv2.imshow(WINDOW, self._drawn.pop())
         key = cv2.waitKey(1) & 0xFF
         if key in (ord("q"), 27) and self._stop is not None:
             self._stop.set()
