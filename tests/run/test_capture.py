@@ -4,6 +4,7 @@ the newest frame taken; sources that cannot be opened; the reading thread agains
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -143,3 +144,19 @@ def test_the_reading_thread_against_the_taker_under_stress(tmp_path: Path, monke
     while threading.active_count() > before and time.monotonic() < deadline:
         time.sleep(0.01)
     assert threading.active_count() == before
+
+
+def test_a_file_cut_short_and_filled_with_garbage_ends_cleanly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An MPEG-TS file cut at 60 % and padded with random bytes, as a recording a crash left: the frames before
+    the cut come, the garbage after it is skipped by the decoder, and the run ends with its summary, exit 0."""
+    whole = make_video(tmp_path / "whole.ts", 320, 240, 30)
+    data = whole.read_bytes()
+    cut = tmp_path / "cut.ts"
+    cut.write_bytes(data[:len(data) * 6 // 10] + np.random.default_rng(1).integers(0, 256, 50_000, np.uint8).tobytes())
+    app = tmp_path / "app.yaml"
+    app.write_text(APP)
+    summary = tmp_path / "summary.json"
+    assert main(["run", str(app), "--no-socket", "--source", str(cut), "--summary", str(summary)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert 5 <= len(lines) < 30
+    assert json.loads(summary.read_text())["source"]["read"] == len(lines)
