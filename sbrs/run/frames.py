@@ -1,6 +1,6 @@
 """Frame sources for ``sbrs run --source``: ``open_source`` opens any of them (``sbrs.run.sources`` says which
-texts name what; video files, cameras and streams are ``sbrs.run.capture``'s); ``open_frames`` is the
-tensors alone of the two kinds that need no video library:
+texts name what; video files, cameras and streams are ``sbrs.run.capture``'s). The two kinds that need no video
+library:
 
 - No source: an endless stream of seeded pseudo-random frames of the app's input shape and dtype
   (uniform with mean 0 and variance 1 for floats, 0..255 for integers); the same seed gives the same frames.
@@ -27,13 +27,6 @@ from sbrs.run.sources import FrameSource, ImageFolderSource, TensorSource, parse
 
 if TYPE_CHECKING:
     from sbrs.runtime.events import RunObserver
-
-
-def open_frames(source: str | None, spec: InputSpec, seed: int = 0) -> Iterator[np.ndarray]:
-    """The frames ``sbrs run`` feeds the runtime, checked up front where they come from files."""
-    if source is None:
-        return synthetic_frames(spec, seed)
-    return folder_frames(source, spec, field="--input")
 
 
 def open_source(text: str | None, spec: InputSpec, *, seed: int = 0, realtime: bool = False,

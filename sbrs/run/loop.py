@@ -20,7 +20,8 @@ of a new scenario may come before the frame that was in flight when the switch c
 where a 2-D class output ``[1, C]`` is summarised by its ``top5`` ``[[index, value], ...]`` (``topK`` with the
 scenario's ``postprocess: {kind: top-k, k: K}``) and any other output by ``mean``/``min``/``max``; both carry
 the ``shape``. The scenario's post-processor adds its value (``sbrs.outputs.postprocess``): ``detections``
-(``[{"box": [x1, y1, x2, y2], "score", "class"}, ...]``), ``raw`` or, for the user's function, ``value``; when
+(``[{"box": [x1, y1, x2, y2], "score", "class"}, ...]``, in the pixels of the picture the frame came from where
+it came from one: ``FrameRecord.value``), ``raw`` or, for the user's function, ``value``; when
 that function fails on the frame, ``error`` instead (one line, also logged; the run goes on). The first
 frame of a new scenario also carries ``"switch": {"old", "new", "response_delay_s", ...}``. With
 ``--save-outputs DIR`` each frame's raw outputs also go to ``DIR`` (``sbrs.outputs.save``).
