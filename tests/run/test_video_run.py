@@ -227,3 +227,30 @@ def test_the_python_api_opens_the_same_source(tiny: Path, clip: Path) -> None:
     with_source.write_text(APP.replace("name: tinyvideo", "name: tinyvideo\nsource: api-clip.mp4"))
     with sbrs.open_source(None, with_source) as source:
         assert source.kind == "file" and len(list(source)) == 6
+
+
+def test_two_frames_in_flight_keep_each_result_with_its_own_picture(tmp_path: Path, clip: Path) -> None:
+    """``runtime.streams: 2``: results may finish out of order, yet each frame's outputs are ONNX Runtime's on its
+    own picture, and the video's frame k is the clip's frame k."""
+    app_path = tmp_path / "streams.yaml"
+    app_path.write_text(APP.replace("input: {name: input, shape: [1, 3, 32, 32], dtype: float32}",
+                                    "input: {name: input, shape: [1, 3, 32, 32], dtype: float32,\n"
+                                    "        preprocess: {resize: letterbox}}\nruntime: {streams: 2}"))
+    saved, video = tmp_path / "outputs", tmp_path / "streams.mp4"
+    assert main(["run", str(app_path), "--no-socket", "--source", str(clip), "--save-outputs", str(saved),
+                 "--save-video", str(video), "--output", str(tmp_path / "lines.jsonl")]) == 0
+    app = load_app(app_path)
+    references = References(app)
+    pictures = read_video(clip)
+    from sbrs.app.preprocess import Preprocessor
+
+    preprocessor = Preprocessor(app.config.input)
+    for index, picture in enumerate(pictures):
+        with np.load(saved / frame_file_name(index)) as frame_file:
+            assert_equivalent({"output": frame_file["output"]}, references.outputs("a", preprocessor(picture)[0]),
+                              f"frame {index}")
+    written = read_video(video)
+    assert len(written) == len(pictures)
+    for index, frame in enumerate(written):
+        distances = [np.abs(frame[400:, 600:].astype(int) - picture[400:, 600:]).mean() for picture in pictures]
+        assert int(np.argmin(distances)) == index
