@@ -44,7 +44,7 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 
 from sbrs.outputs.detections import Detections
-from sbrs.outputs.postprocess import TOP_K, PostprocessError, PostProcessor, top_k
+from sbrs.outputs.postprocess import TOP_K, PostprocessError, PostProcessor, TopK, top_k
 from sbrs.run.sources import SourceFrame
 from sbrs.runtime.control_node import SwitchRecord
 from sbrs.runtime.engine import FrameResult, Runtime
@@ -412,8 +412,10 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
             postprocess_errors += 1
             logger.error("sbrs run: %s", line["error"])
         if viewer is not None and record.source is not None and record.source.picture is not None:
+            # what it draws: boxes, or a classifier's top-k; a user function's value or raw lists are not drawn
+            drawn = value if isinstance(value, Detections) or isinstance(record.postprocessor, TopK) else None
             viewer.add(frame_for_view(record.index, record.source.picture, record.source.order, record.scenario,
-                                      value, record.switch))
+                                      drawn, record.switch))
         measurements.frame(record)
 
     try:
