@@ -31,7 +31,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -134,6 +133,8 @@ def _camera_device(device: str, text: str, field: str) -> SourceSpec:
 def _stream_uri(uri: str, scheme: str, text: str, field: str) -> str:
     """``uri`` as FFmpeg reads it: ``rtp://@HOST:PORT`` and ``udp://@HOST:PORT`` listen on HOST only
     (``localaddr``, for RTP's RTCP port too); a URI with no host where it needs one, or a bad port, is refused."""
+    from urllib.parse import urlsplit  # only for a stream: a run of random frames or a folder does without
+
     try:
         parts = urlsplit(uri)
         port = parts.port
