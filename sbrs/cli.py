@@ -224,6 +224,15 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     from sbrs.artifact.read import config_from_dict, ensure_build, read_manifest
     from sbrs.run.loop import run_app
 
+    # The command owns its process: OpenCV and its FFmpeg, where a video source loads them, say nothing on
+    # stderr but errors (a stream's read timeout is a warning of theirs; sbrs logs what it does about it).
+    os.environ.setdefault("OPENCV_LOG_LEVEL", "ERROR")
+    os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")
+    if args.source is not None:  # a text that names no source fails before the app is built or loaded
+        from sbrs.run.sources import parse_source
+
+        parse_source(args.source)
+
     folder = ensure_build(args.app, rebuild=args.rebuild)
     config = config_from_dict(read_manifest(folder, args.app)["config"])
     observers: list[Any] = []
@@ -237,11 +246,12 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     if metrics_server is not None:
         logger.info("sbrs run: metrics on %s", metrics_server.url)
     try:
-        return run_app(args.app, frames=args.frames, source=args.input, output=args.output, seed=args.seed,
+        return run_app(args.app, frames=args.frames, source=args.source, output=args.output, seed=args.seed,
                        granularity=args.granularity, transition=args.transition, on_switch=args.on_switch,
                        socket_path=args.socket,
                        listen=args.listen, no_socket=args.no_socket, order=args.order, observers=observers,
                        summary_path=args.summary, stop=stop, save_outputs=args.save_outputs,
+                       realtime=args.realtime, reconnect=args.reconnect, save_video=args.save_video, show=args.show,
                        env_sources=args.env_source, env_poll_s=args.env_poll, env_max_age_s=args.env_max_age)
     finally:
         if metrics_server is not None:
@@ -462,8 +472,22 @@ def _build_arguments(build: argparse.ArgumentParser) -> None:
 def _run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("app", metavar="APP.yaml")
     run.add_argument("--frames", type=int, default=None, help="stop after N frames (default: until interrupted)")
-    run.add_argument("--input", default=None, metavar="SRC",
-                     help="a folder of .npy frames or of images (default: seeded random frames)")
+    run.add_argument("--source", "--input", dest="source", default=None, metavar="SRC",
+                     help="where frames come from: a folder of .npy frames or of images, a video file, a camera "
+                          "(0, /dev/videoN, v4l2:///dev/videoN), a stream (rtsp://, rtp://@:PORT, udp://@:PORT, "
+                          "http(s)://), csi://N or a GStreamer pipeline (default: the app's source:, else seeded "
+                          "random frames; video needs sbrs[video])")
+    run.add_argument("--realtime", action="store_true",
+                     help="pace a video file at its frame rate, the newest frame taken, as a camera would give it "
+                          "(default: every frame of the file, as fast as the app runs)")
+    run.add_argument("--reconnect", action=argparse.BooleanOptionalAction, default=None,
+                     help="reopen a source that stops giving frames, with backoff (default: on for network streams, "
+                          "off otherwise)")
+    run.add_argument("--save-video", default=None, metavar="OUT.mp4",
+                     help="also write every processed frame with its result drawn on it (labels or boxes, the "
+                          "scenario, fps, switches) to a video (.mp4, .mkv, .mov, .avi)")
+    run.add_argument("--show", action="store_true",
+                     help="show the processed frames in a window (needs a display and OpenCV with a GUI)")
     run.add_argument("--output", default=None, metavar="FILE", help="write the JSON lines here (default: stdout)")
     run.add_argument("--summary", default=None, metavar="FILE",
                      help="also write the run's summary as one JSON object to FILE (frames, switches, and the "

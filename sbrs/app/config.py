@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import typing
 from contextlib import suppress
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sbrs.app.environment import EnvironmentConfig, check_sources, parse_env_source
+from sbrs.app.preprocess import DEFAULT_PREPROCESS, Preprocess
 from sbrs.cache import cached_file, content_key
 from sbrs.errors import InputError
 from sbrs.outputs.spec import DEFAULT_SPEC, PostprocessSpec
@@ -22,15 +23,26 @@ from sbrs.outputs.spec import DEFAULT_SPEC, PostprocessSpec
 if TYPE_CHECKING:  # YAML and pydantic read and validate a file; a compiled build (sbrs.artifact.read) needs neither
     from pydantic import BaseModel
 
-    from sbrs.app.schema import AppEntry, EnvironmentEntry, MetricsEntry, PolicyEntry, Requirements, ScenarioEntry
+    from sbrs.app.schema import (
+        AppEntry,
+        EnvironmentEntry,
+        InputSpecEntry,
+        MetricsEntry,
+        PolicyEntry,
+        Requirements,
+        ScenarioEntry,
+    )
     from sbrs.app.yaml_lines import LocatedYaml, Path_
 
 
 @dataclass(frozen=True)
 class InputSpec:
+    """The app's ``input:``; ``preprocess``: how pictures become this input (``sbrs.app.preprocess``)."""
+
     name: str
     shape: tuple[int, ...]
     dtype: str
+    preprocess: Preprocess = DEFAULT_PREPROCESS
 
 
 @dataclass(frozen=True)
@@ -209,6 +221,9 @@ class AppConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)
+    #: ``source:`` of the app file (``sbrs run``'s frames without ``--source``): a URI, a device, or a path
+    #: made absolute from the app file's folder; None: none given
+    source: str | None = None
 
     def scenario(self, name: str) -> ScenarioConfig:
         for scenario in self.scenarios:
@@ -468,6 +483,48 @@ def _resolve_metrics(entry: MetricsEntry, doc: LocatedYaml) -> MetricsConfig:
     return MetricsConfig(port=entry.port, address=entry.address, allow_remote=entry.allow_remote)
 
 
+def resolve_input(entry: InputSpecEntry, doc: LocatedYaml) -> InputSpec:
+    """The app's ``input:`` with its ``preprocess:`` checked against the input (an image input; ``mean`` and
+    ``std`` with one value or one per channel; no value arithmetic for an integer input)."""
+    spec = InputSpec(entry.name, tuple(entry.shape), entry.dtype)
+    given = entry.preprocess
+    if given is None:
+        return spec
+    from sbrs.app.preprocess import image_layout
+
+    path = ("input", "preprocess")
+    try:
+        channels = image_layout(spec, field="input.preprocess")[1]
+    except InputError as exc:
+        raise doc.error(path, exc.detail) from None
+    if not entry.dtype.startswith("float"):
+        for key in ("scale", "mean", "std"):
+            if getattr(given, key) is not None:
+                raise doc.error((*path, key), f"an input of {entry.dtype} takes the pixels as they are; scale, mean "
+                                              "and std apply to float inputs")
+    for key in ("mean", "std"):
+        values = getattr(given, key)
+        if values is not None and len(values) not in (1, channels):
+            raise doc.error((*path, key), f"{len(values)} values for an input of {channels} channels (give one, "
+                                          f"or one per channel)")
+    return replace(spec, preprocess=Preprocess(
+        resize=given.resize, pad_value=given.pad_value, colors=given.colors,
+        scale=DEFAULT_PREPROCESS.scale if given.scale is None else float(given.scale),
+        mean=None if given.mean is None else tuple(float(v) for v in given.mean),
+        std=None if given.std is None else tuple(float(v) for v in given.std)))
+
+
+def resolve_source(text: str | None, doc: LocatedYaml) -> str | None:
+    """``source:`` of the app file: a path that exists beside the app file, made absolute; anything else (a
+    URI, a device, a camera index, a GStreamer pipeline) as written. Checked when ``sbrs run`` opens it."""
+    if text is None:
+        return None
+    candidate = Path(doc.file).parent / text
+    if "://" not in text and " ! " not in text and not Path(text).is_absolute() and candidate.exists():
+        return str(candidate.resolve())
+    return text
+
+
 def load_app_config(path: str | Path) -> AppConfig:
     """Read and validate an app YAML and its scenario files; resolve every scenario's ONNX file."""
     from sbrs.app.postprocess import resolve_postprocess
@@ -477,6 +534,7 @@ def load_app_config(path: str | Path) -> AppConfig:
     doc = load_yaml(path)
     _as_mapping(doc, doc.data, (), "the app")
     app: AppEntry = _validate(AppEntry, doc.data, doc)
+    input_spec = resolve_input(app.input, doc)
     postprocess = (DEFAULT_SPEC if app.postprocess is None
                    else resolve_postprocess(app.postprocess, doc, ("postprocess",), "app"))
 
@@ -498,7 +556,8 @@ def load_app_config(path: str | Path) -> AppConfig:
         from sbrs.app.derive import derive_scenario
 
         for entry, entry_doc, entry_path in derived:
-            resolved[entry.name] = derive_scenario(entry, entries, resolved, app, entry_doc, entry_path)
+            resolved[entry.name] = derive_scenario(entry, entries, resolved, app, entry_doc, entry_path,
+                                                   input_spec=input_spec)
     scenarios = [resolved[entry.name] for entry, _, _ in entries]
 
     names = [s.name for s in scenarios]
@@ -509,7 +568,7 @@ def load_app_config(path: str | Path) -> AppConfig:
     return AppConfig(
         name=app.name,
         path=str(Path(path).resolve()),
-        input=InputSpec(app.input.name, tuple(app.input.shape), app.input.dtype),
+        input=input_spec,
         adaptive=tuple(app.adaptive),
         initial=initial,
         scenarios=tuple(scenarios),
@@ -522,4 +581,5 @@ def load_app_config(path: str | Path) -> AppConfig:
         policy=_resolve_policy(app.policy, names, scenarios[names.index(initial)].requirements, doc),
         metrics=_resolve_metrics(app.metrics, doc),
         environment=_resolve_environment(app.environment, doc),
+        source=resolve_source(app.source, doc),
     )

@@ -119,10 +119,22 @@ MAX_INPUT_ELEMENTS = 1 << 26
 """Elements of one input frame at most (a 4K RGB frame has 25 M): checked before anything is allocated."""
 
 
+class PreprocessEntry(Strict):
+    """``input.preprocess``: how a picture becomes the input (``sbrs.app.preprocess``); every key optional."""
+
+    resize: Literal["stretch", "letterbox", "center-crop"] = "stretch"
+    pad_value: Annotated[StrictInt, Field(ge=0, le=255)] = 114
+    colors: Literal["RGB", "BGR"] = "RGB"
+    scale: Annotated[Number, Field(gt=0)] | None = None
+    mean: Annotated[list[Number], Field(min_length=1, max_length=3)] | None = None
+    std: Annotated[list[Annotated[Number, Field(gt=0)]], Field(min_length=1, max_length=3)] | None = None
+
+
 class InputSpecEntry(Strict):
     name: Annotated[StrictStr, Field(min_length=1)] = "input"
     shape: Annotated[list[Annotated[StrictInt, Field(gt=0)]], Field(min_length=1, max_length=8)]
     dtype: Literal[DTYPES] = "float32"  # type: ignore[valid-type]
+    preprocess: PreprocessEntry | None = None
 
     @field_validator("shape")
     @classmethod
@@ -225,6 +237,8 @@ class AppEntry(Strict):
     environment: EnvironmentEntry = EnvironmentEntry()
     metrics: MetricsEntry = MetricsEntry()
     postprocess: Any = None  # every scenario's unless it names its own; checked by sbrs.app.postprocess
+    #: where ``sbrs run`` takes its frames when ``--source`` is not given (``sbrs.run.sources``)
+    source: Annotated[StrictStr, Field(min_length=1, max_length=4096)] | None = None
 
     @field_validator("adaptive")
     @classmethod

@@ -288,6 +288,7 @@ def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
         TemperatureRule,
     )
     from sbrs.app.environment import EnvironmentConfig
+    from sbrs.app.preprocess import preprocess_from_dict
     from sbrs.outputs.spec import spec_from_dict
 
     def requirements(value: Mapping[str, float] | None) -> RequirementSet | None:
@@ -296,7 +297,8 @@ def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
     policy = data["policy"]
     return AppConfig(
         name=data["name"], path=data["path"],
-        input=InputSpec(data["input"]["name"], tuple(data["input"]["shape"]), data["input"]["dtype"]),
+        input=InputSpec(data["input"]["name"], tuple(data["input"]["shape"]), data["input"]["dtype"],
+                        preprocess_from_dict(data["input"].get("preprocess"))),
         adaptive=tuple(data["adaptive"]), initial=data["initial"],
         scenarios=tuple(ScenarioConfig(s["name"], s["defined_in"], s["model_kind"], s["model_path"],
                                        RequirementSet(**s["requirements"]),
@@ -317,6 +319,7 @@ def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
             temperature_hysteresis=policy.get("temperature_hysteresis", 5.0)),
         metrics=MetricsConfig(**data["metrics"]),
         environment=EnvironmentConfig.from_dict(data.get("environment")),
+        source=data.get("source"),
     )
 
 

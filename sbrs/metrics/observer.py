@@ -41,6 +41,8 @@ Metrics (``MetricsObserver.METRICS`` lists the names):
   file, a datagram or bytes that are no MAVLink), ``failed`` (no answer: a file gone, a link broken), ``expired``
   (a value forgotten after ``environment.max_age_s`` without a reading).
 - ``sbrs_build_info{version, onnxruntime, providers}``: constant 1 (``providers`` comma-separated).
+- ``sbrs_source_frames_dropped_total``: frames a live source (camera, stream) replaced with newer ones before
+  the runtime took them; ``sbrs_source_reconnects_total``: reopenings of a source that had stopped.
 """
 
 from __future__ import annotations
@@ -139,7 +141,8 @@ class MetricsObserver:
         "sbrs_switch_requests_total", "sbrs_control_requests_total", "sbrs_frames_total", "sbrs_inference_seconds",
         "sbrs_frames_cancelled_total",
         "sbrs_scenario_high_power", *(name for name, _ in FACT_GAUGES.values()),
-        *(name for name, _ in ENVIRONMENT_GAUGES.values()), "sbrs_sensor_readings_total", "sbrs_build_info")
+        *(name for name, _ in ENVIRONMENT_GAUGES.values()), "sbrs_sensor_readings_total", "sbrs_build_info",
+        "sbrs_source_frames_dropped_total", "sbrs_source_reconnects_total")
 
     def __init__(self, scenarios: Iterable[str], *, initial: str | None = None, high_power: Iterable[str] = (),
                  providers: Iterable[str] = (), registry: CollectorRegistry | None = None,
@@ -193,6 +196,10 @@ class MetricsObserver:
                                        " expired: the last value aged out)", ["sensor", "result"], registry=reg)
         self.build_info = Info("sbrs_build", "Versions of sbrs and ONNX Runtime, and the execution providers",
                                registry=reg)
+        self.dropped = Counter("sbrs_source_frames_dropped", "Frames a live source replaced with newer ones before"
+                               " the runtime took them", registry=reg)
+        self.reconnects = Counter("sbrs_source_reconnects", "Reopenings of a frame source that had stopped giving"
+                                  " frames", registry=reg)
 
         # Every series exists from the start (with 0 or NaN), so rate() and alert rules see them at once.
         self.last_switch_delay.set(math.nan)
@@ -304,6 +311,14 @@ class MetricsObserver:
         """Count a sensor's reading (kinds and results outside the fixed sets are not counted)."""
         if kind in SENSOR_KINDS and result in SENSOR_RESULTS:
             self.sensor_readings.labels(sensor=kind, result=result).inc()
+    def frames_dropped(self, count: int) -> None:
+        """Count frames a live source dropped (a non-positive or non-integer count is ignored)."""
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+            self.dropped.inc(count)
+
+    def source_reconnected(self, source: str) -> None:
+        """Count a reopening of the frame source."""
+        self.reconnects.inc()
 
     # -- helpers -----------------------------------------------------------------------------------------------
 

@@ -50,6 +50,12 @@ class RunObserver(Protocol):
         one that was ``malformed`` (ignored: garbage in a file, a datagram that is no MAVLink), ``failed`` to
         answer (a file that vanished, a link that broke), or its last value ``expired`` (aged out)."""
 
+    def frames_dropped(self, count: int) -> None:
+        """A live frame source replaced ``count`` frames with newer ones before the runtime took them."""
+
+    def source_reconnected(self, source: str) -> None:
+        """A frame source that had stopped giving frames was opened again (``sbrs run --reconnect``)."""
+
 
 class Observers:
     """Forward every event to each observer; an observer that raises is skipped, never the caller."""
@@ -87,3 +93,9 @@ class Observers:
 
     def sensor_reading(self, kind: str, result: str) -> None:
         self._emit("sensor_reading", kind, result)
+
+    def frames_dropped(self, count: int) -> None:
+        self._emit("frames_dropped", count)
+
+    def source_reconnected(self, source: str) -> None:
+        self._emit("source_reconnected", source)

@@ -247,3 +247,15 @@ def test_fan_out_through_observers(observer: MetricsObserver) -> None:
     assert sample(observer, "sbrs_arena_bytes") == 64
     assert sample(observer, "sbrs_frames_total", scenario="full") == 1
     assert active(observer) == ["exit"]
+
+
+def test_a_sources_dropped_frames_and_reconnections_are_counted() -> None:
+    observer = MetricsObserver(SCENARIOS, process_metrics=False)
+    assert observer.registry.get_sample_value("sbrs_source_frames_dropped_total") == 0
+    observer.frames_dropped(3)
+    observer.frames_dropped(2)
+    observer.frames_dropped(0)  # nothing
+    observer.frames_dropped(-1)  # not a count: ignored
+    observer.source_reconnected("udp://@:5600")
+    assert observer.registry.get_sample_value("sbrs_source_frames_dropped_total") == 5
+    assert observer.registry.get_sample_value("sbrs_source_reconnects_total") == 1

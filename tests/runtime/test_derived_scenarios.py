@@ -161,7 +161,7 @@ def test_an_int8_scenario_calibrated_on_images_equals_onnx_runtime(tmp_path: Pat
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """``quantize.calibration`` naming a folder of images, the folder ``sbrs run --input`` runs on: the app
     builds, runs on those images, and its int8 scenario equals ONNX Runtime running the cached, derived file."""
-    from sbrs.run.frames import open_frames
+    from sbrs.run.frames import open_source
 
     path = write_image_app(tmp_path, images=3, seed=1100)
     assert main(["build", str(path), "--cost", "analytic"]) == 0
@@ -169,7 +169,7 @@ def test_an_int8_scenario_calibrated_on_images_equals_onnx_runtime(tmp_path: Pat
     fast = app.config.scenario("fast-int8")
     assert fast.model_kind == "derived" and fast.calibration == str((tmp_path / "frames").resolve())
     refs = References(app)
-    images = list(open_frames(str(tmp_path / "frames"), app.config.input))
+    images = list(open_source(str(tmp_path / "frames"), app.config.input))
     with runtime_for(path) as runtime:
         runtime.switch("fast-int8")
         for index, frame in enumerate([*images, *_frames(2, start=600)]):
