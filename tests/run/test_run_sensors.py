@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from sbrs.cli import main
@@ -269,32 +268,19 @@ def test_a_thermal_tree_in_the_app_file_and_its_hysteresis(tmp_path: Path, sock_
     assert "temperature from thermal:./thermal" in err
 
 
-def test_min_fps_from_a_frame_source_with_a_frame_rate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    """The seam the video frame sources plug into: ``sbrs run`` gives the policy the ``fps`` its frame source
-    declares (here a stand-in for a 25 fps camera) when the app says ``min_fps: source``."""
+def test_min_fps_from_a_frame_source_with_a_frame_rate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``sbrs run`` gives the policy the frame rate of its frame source when the app says ``min_fps: source``:
+    a 25 fps video file chooses, from the first frame, the most accurate scenario that meets 25 fps."""
+    from tests.run.videos import make_video
+
     app = tmp_path / "paced.yaml"
     app.write_text(SENSED_APP.replace("name: sensed", "name: paced") + "environment: {min_fps: source}\n")
-    from sbrs.run import frames as run_frames
-
-    real = run_frames.open_frames
-
-    class Camera:
-        fps = 25.0
-
-        def __init__(self, frames: Iterator[np.ndarray]) -> None:
-            self.frames = frames
-
-        def __iter__(self) -> Iterator[np.ndarray]:
-            return self.frames
-
-    monkeypatch.setattr(run_frames, "open_frames", lambda *args: Camera(real(*args)))
-    assert main(["run", str(app), "--frames", "3", "--no-socket"]) == 0
+    clip = make_video(tmp_path / "clip.mp4", 32, 32, frames=3, fps=25)
+    assert main(["run", str(app), "--source", str(clip), "--no-socket"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     # declared fps: full 10, half 30, low 60; the most accurate meeting 25 fps is half, from the first frame
     assert [line["scenario"] for line in lines] == ["half"] * 3
     assert lines[0]["switch"]["source"] == "environment"
-    monkeypatch.setattr(run_frames, "open_frames", real)
     assert main(["run", str(app), "--frames", "2", "--no-socket"]) == 0  # synthetic frames: no rate of their own
     captured = capsys.readouterr()
     assert "min_fps stays unknown" in captured.err
