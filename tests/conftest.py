@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[1]
 APPS = sorted((REPO / "apps").glob("*.yaml"))
-#: The example apps whose every resume point the fast tier proves; the others' proofs are in the slow tier.
+#: The example apps the fast tier runs the resume proofs and switching stress tests on; the others: slow tier.
 SMALL_APPS = ("tiny", "pamap2")
 
 

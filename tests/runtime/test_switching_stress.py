@@ -22,6 +22,7 @@ import pytest
 from sbrs.app import App
 from sbrs.runtime import runtime_for
 from sbrs.runtime.engine import Runtime
+from tests.conftest import example_apps_by_tier
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 
 APPS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "apps").glob("*.yaml"))
@@ -72,7 +73,7 @@ def stress(runtime: Runtime, frames: list[np.ndarray], seconds: float, seed: int
     return results
 
 
-@pytest.mark.parametrize("name", APPS)
+@pytest.mark.parametrize("name", example_apps_by_tier())
 def test_concurrent_switches_never_lose_a_frame(load_example: Callable[[str], App], name: str) -> None:
     app = load_example(name)
     refs = References(app)
