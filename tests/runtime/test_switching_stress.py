@@ -14,7 +14,6 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,7 +24,6 @@ from sbrs.runtime.engine import Runtime
 from tests.conftest import example_apps_by_tier
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 
-APPS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "apps").glob("*.yaml"))
 DISTINCT_FRAMES = 3
 SECONDS_PER_CASE = 0.8
 #: (transition, arena, schedule, on_switch) of every runtime configuration a switch can run under
