@@ -381,6 +381,8 @@ def test_readings_at_random_moments_beside_requests_and_frames(sensed_app: Path,
         status = run.settle(value=1.0)
         run.wait(lambda: run.status()["sensors"][1]["value"] == 50.0, "the zone at rest")
         status = run.status()
+        # the switch to full may land just before the run stops: wait for a frame that ran on it
+        run.wait(lambda: (run.lines() or [{}])[-1].get("scenario") == status["scenario"], "a frame at rest")
     finally:
         stop.set()
         sender.close()
