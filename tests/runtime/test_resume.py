@@ -45,7 +45,7 @@ def expected_resume(runtime: Runtime, old: str, new: str, done: int, partial: bo
     return table.during[done] if partial else table.after[done]
 
 
-@pytest.mark.parametrize("name", ["tiny", "cifar10"])
+@pytest.mark.parametrize("name", ["tiny", pytest.param("cifar10", marks=pytest.mark.slow)])
 def test_a_request_continues_the_frame_in_flight_on_the_new_scenario(
         load_example: Callable[[str], App], name: str) -> None:
     """Every ordered pair, a request at (just before) and after every old step: the frame in flight comes out
