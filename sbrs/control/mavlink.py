@@ -178,15 +178,8 @@ class MavlinkBattery:
 
     def _drop(self) -> None:
         """Close a stream link (a UDP socket stays: it cannot break)."""
-        if self.spec.link == "udpin":
-            return
-        if self._socket is not None:
-            self._socket.close()
-            self._socket = None
-        if self._descriptor is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._descriptor)
-            self._descriptor = None
+        if self.spec.link != "udpin":
+            self.close()
 
     def close(self) -> None:
         if self._socket is not None:
