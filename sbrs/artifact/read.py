@@ -216,8 +216,8 @@ def verify_build(folder: Path, app_path: str | Path) -> dict[str, Any]:
 def load_build(app_path: str | Path, folder: Path | None = None) -> LoadedBuild:
     """The verified build of ``app_path`` (``build_dir`` by default)."""
     from sbrs.compile.footprint import Footprint
+    from sbrs.compile.one_plan import plan_from_dict
     from sbrs.compile.transitions import TransitionPlan
-    from sbrs.compile.units import UnitPlan
 
     folder = folder or build_dir(app_path)
     manifest = verify_build(folder, app_path)
@@ -231,7 +231,7 @@ def load_build(app_path: str | Path, folder: Path | None = None) -> LoadedBuild:
         plan, transitions = manifest["plan"], manifest["transitions"]
         build = LoadedBuild(
             folder=folder, config=config_from_dict(manifest["config"]),
-            plan=None if plan is None else UnitPlan.from_dict(plan), shadow=manifest["shadow"],
+            plan=None if plan is None else plan_from_dict(plan), shadow=manifest["shadow"],
             transitions=None if transitions is None else TransitionPlan.from_dict(transitions),
             model_bytes=manifest["model_bytes"], scenario_memory_mb=manifest["scenario_memory_mb"],
             granularity=options["granularity"], transition=options["transition"],

@@ -150,6 +150,9 @@ def _save_optimized_models(app: App, staging: Path) -> tuple[str | None, str | N
     providers = resolve_providers(tuple(app.config.runtime.providers), where=app.config.path)
     if providers != (CPU_PROVIDER,):
         return None, f"the app runs on {providers[0]}"
+    if app.config.runtime.session == "one":  # measured with onnxruntime 1.32: the saved form does not load
+        return None, ("the app runs as one graph: ONNX Runtime writes the optimised form of a graph with If "
+                      "branches with one name defined in several branches, and refuses to load it")
     key = machine_key(providers)
     if key is None:
         return None, "this machine's CPU flags cannot be read (/proc/cpuinfo)"
@@ -204,7 +207,7 @@ def _share_optimized_weights(models: list[Path], shared: Path) -> None:
                 continue
             model = onnx.load_model(str(path), load_external_data=False)
             with open(own, "rb") as stream:
-                for tensor in model.graph.initializer:
+                for tensor in _initializers(model.graph):
                     if tensor.data_location != onnx.TensorProto.EXTERNAL:
                         continue
                     entries = {entry.key: entry.value for entry in tensor.external_data}
@@ -219,6 +222,17 @@ def _share_optimized_weights(models: list[Path], shared: Path) -> None:
             own.unlink()
     finally:
         weights.close()
+
+
+def _initializers(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
+    """The initializers of ``graph`` and of every subgraph inside it (ONNX Runtime's optimised form of the app as
+    one graph keeps reordered weights inside the ``If`` branches that use them)."""
+    found = list(graph.initializer)
+    for node in graph.node:
+        for attribute in node.attribute:
+            for subgraph in (*([attribute.g] if attribute.HasField("g") else []), *attribute.graphs):
+                found.extend(_initializers(subgraph))
+    return found
 
 
 def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -247,9 +261,15 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
 
         parts = fit_parts(app, reduction)
     moc = plan = run_plan = shadow = transitions = None
+    one = parts is None and app.config.runtime.session == "one"
     if parts is None:
         moc = derive_moc(app.models, app.config.adaptive)
-        plan = build_unit_plan(app, None, moc, transition=mode)
+        if one:  # the app as one graph: the plan of its one unit (``sbrs.compile.one_graph``), its file below
+            from sbrs.compile.one_graph import one_plan
+
+            plan = one_plan(app)
+        else:
+            plan = build_unit_plan(app, None, moc, transition=mode)
         run_plan = plan
         if arena == "shadow":
             run_plan, shadow = plan_shadow(plan)
@@ -263,7 +283,13 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
     try:
         weights = _WeightsFile(staging / WEIGHTS)
         try:
-            if parts is None:
+            if one:
+                from sbrs.compile.one_graph import one_graph
+                from sbrs.compile.one_plan import ONE_UNIT
+
+                model = one_graph(app, moc, initializer=weights.tensor).model  # the same graph, weights in the file
+                onnx.save_model(model, str(staging / f"{ONE_UNIT}.onnx"))
+            elif parts is None:
                 assert plan is not None and moc is not None
                 specs = {t.id: t.spec for t in plan.tensors}
                 progress = Progress(logger, "writing unit files", len(plan.units), unit="units")
@@ -284,7 +310,8 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
         finally:
             weights.close()
         optimized_for, not_optimized = _save_optimized_models(app, staging)
-        unit_threads = {} if plan is None else _measured_unit_threads(app, plan, staging, optimized_for is not None)
+        unit_threads = {} if plan is None or one else _measured_unit_threads(app, plan, staging,
+                                                                              optimized_for is not None)
         files = {record.pop("path"): record for record in
                  (input_record(path, staging) for path in sorted(staging.iterdir()) if path.is_file())}
         manifest: dict[str, Any] = {
