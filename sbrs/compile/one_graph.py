@@ -214,7 +214,7 @@ class _Builder:
         """Emit the rest ``seqs`` of every scenario of ``group`` into ``nodes`` (module docstring); returns, per
         slot of ``demanded``, one value name holding its tensor in every scenario of the slot."""
         seqs = {s: list(seqs[s]) for s in group}
-        chose = False  # the last split only chose among values: do not rejoin at the same step again
+        stalled = False  # the last split only chose among values and the rejoining step still differs
         while any(seqs[s] for s in group):
             if all(seqs[s] for s in group) and self.same_next(group, seqs, env):
                 step = seqs[group[0]][0]
@@ -222,17 +222,17 @@ class _Builder:
                 for scenario in group:
                     env[scenario].update(written)
                     seqs[scenario].pop(0)
-                chose = False
+                stalled = False
                 continue
-            rejoin = None if chose else _rejoin(group, seqs)
+            rejoin = None if stalled else _rejoin(group, seqs)
             if rejoin is None:
                 segments, rest = seqs, {s: [] for s in group}
             else:
                 at = {s: next(i for i, step in enumerate(seqs[s]) if step.key == rejoin) for s in group}
                 segments, rest = {s: seqs[s][:at[s]] for s in group}, {s: seqs[s][at[s]:] for s in group}
-            chose = not any(segments[s] for s in group)
             slots = self._carried(group, segments, rest, env, demanded)
-            names = self.branch(nodes, group, segments, env, slots)
+            names = self.branch(nodes, group, segments, env, slots, merge=not stalled)
+            stalled = not any(segments[s] for s in group)
             for slot, name in zip(slots, names, strict=True):
                 for scenario, tensor in slot.tensors.items():
                     env[scenario][tensor] = name
@@ -245,7 +245,7 @@ class _Builder:
             if result[-1] == "":
                 unresolved.append(slot)
         if unresolved:  # one value per scenario, different names: an If that only chooses among them
-            chosen = iter(self.branch(nodes, group, {s: [] for s in group}, env, unresolved))
+            chosen = iter(self.branch(nodes, group, {s: [] for s in group}, env, unresolved, merge=False))
             result = [name or next(chosen) for name in result]
         return result
 
@@ -287,10 +287,11 @@ class _Builder:
         return list(roles.values())
 
     def branch(self, nodes: list[onnx.NodeProto], group: tuple[str, ...], segments: Mapping[str, list[_Step]],
-               env: dict[str, dict[str, str]], slots: list[_Slot]) -> list[str]:
-        """The ``If`` chain choosing between the groups of ``group`` (``_partition``) for ``segments``; returns the
-        value name of each slot after it."""
-        groups = _partition(group, segments, env, slots)
+               env: dict[str, dict[str, str]], slots: list[_Slot], *, merge: bool = True) -> list[str]:
+        """The ``If`` chain choosing between the groups of ``group`` (``_partition``; ``merge=False``: each
+        scenario a group of its own, but those with nothing left to run) for ``segments``; returns the value name
+        of each slot after it."""
+        groups = _partition(group, segments, env, slots, merge=merge)
         if len(groups) == 1:  # the segments share a step every scenario runs: no choice to make here yet
             return self.emit(nodes, group, dict(segments), env, slots)
         self.ifs += len(groups) - 1
@@ -342,19 +343,28 @@ class _Builder:
         return helper.make_graph(inner, self.fresh(f"branch.{'+'.join(group)}"), [], outputs)
 
 
+def _weighted_keys(steps: Sequence[_Step]) -> set[StepKey]:
+    """The keys of the steps that hold parameters: the steps worth sharing. A step without any (an activation,
+    a pooling) costs no memory when each branch runs its own, and rejoining at it would cut the graph into an
+    ``If`` per layer where the scenarios' weights differ layer by layer (two heads exported apart)."""
+    return {step.key for step in steps if step.weight > 0}
+
+
 def _rejoin(group: Sequence[str], seqs: Mapping[str, list[_Step]]) -> StepKey | None:
-    """The first step (in the first scenario's order) that every scenario of ``group`` still runs, or None."""
+    """The first step holding parameters (in the first scenario's order) that every scenario of ``group`` still
+    runs, or None."""
     if not all(seqs[s] for s in group):
         return None
-    common = set.intersection(*({step.key for step in seqs[s]} for s in group))
+    common = set.intersection(*(_weighted_keys(seqs[s]) for s in group))
     return next((step.key for step in seqs[group[0]] if step.key in common), None)
 
 
 def _partition(group: tuple[str, ...], segments: Mapping[str, list[_Step]], env: Mapping[str, Mapping[str, str]],
-               slots: list[_Slot]) -> list[tuple[str, ...]]:
+               slots: list[_Slot], *, merge: bool = True) -> list[tuple[str, ...]]:
     """``group`` split into the groups that share a branch: scenarios with nothing left to run together when
-    the values they hand on have the same names; the others merged greedily, two groups at a time, while the
-    steps common to both hold weight (bytes, plus one per common step), the most first."""
+    the values they hand on have the same names; the others (with ``merge``) merged greedily, two groups at a
+    time, while the steps holding parameters common to both hold the most bytes (``_rejoin`` then finds one
+    inside the merged group, so that a group of several scenarios always shares a step)."""
     idle: dict[tuple[str, ...], list[str]] = {}
     busy: list[list[str]] = []
     for scenario in group:
@@ -365,11 +375,11 @@ def _partition(group: tuple[str, ...], segments: Mapping[str, list[_Step]], env:
                             []).append(scenario)
 
     def common(members: Sequence[str]) -> int:
-        keys = set.intersection(*({step.key for step in segments[s]} for s in members))
+        keys = set.intersection(*(_weighted_keys(segments[s]) for s in members))
         weights = {step.key: step.weight for step in segments[members[0]]}
-        return sum(weights[key] + 1 for key in keys)
+        return sum(weights[key] for key in keys)
 
-    while len(busy) > 1:
+    while merge and len(busy) > 1:
         best, pair = 0, None
         for i in range(len(busy)):
             for j in range(i + 1, len(busy)):
@@ -395,7 +405,7 @@ class OneGraph:
     spec: OneGraphSpec
 
 
-def _opsets(models: Mapping[str, CnnModel]) -> dict[str, int]:
+def _opsets(models: Mapping[str, CnnModel], where: str) -> dict[str, int]:
     """One operator-set version per domain: the standard one must be the same in every scenario (a node means
     what its version says); other domains take the highest version declared."""
     opsets: dict[str, int] = {}
@@ -409,11 +419,11 @@ def _opsets(models: Mapping[str, CnnModel]) -> dict[str, int]:
     if len(set(standard.values())) > 1:
         listed = ", ".join(f"{s} {v}" for s, v in standard.items())
         raise InputError(f"the scenarios use different versions of the ONNX operator set ({listed}); one graph "
-                         "runs one version: export the models with the same opset", field="scenarios")
+                         "runs one version: export the models with the same opset", file=where, field="scenarios")
     version = next(iter(standard.values()), 0)
     if version < 11:
         raise InputError(f"the scenarios use ONNX operator set {version}; one graph needs 11 or later (If, Where, "
-                         "Gather on an int64 index)", field="scenarios")
+                         "Gather on an int64 index)", file=where, field="scenarios")
     opsets[""] = version
     return opsets
 
@@ -438,7 +448,7 @@ def one_graph(app: App, moc: Moc | None = None, initializer: Initializer = numpy
             raise InputError(f"scenario '{scenario}': its model's input is {spec.dtype}, the app's "
                              f"{config.input.dtype}; one graph has one input", file=str(config.path),
                              field="scenarios")
-    opsets = _opsets(models)
+    opsets = _opsets(models, str(config.path))
     outputs = _graph_outputs(models, config.path)
 
     builder = _Builder(models, order, initializer)
