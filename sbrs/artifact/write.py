@@ -150,9 +150,6 @@ def _save_optimized_models(app: App, staging: Path) -> tuple[str | None, str | N
     providers = resolve_providers(tuple(app.config.runtime.providers), where=app.config.path)
     if providers != (CPU_PROVIDER,):
         return None, f"the app runs on {providers[0]}"
-    if app.config.runtime.session == "one":  # measured with onnxruntime 1.32: the saved form does not load
-        return None, ("the app runs as one graph: ONNX Runtime writes the optimised form of a graph with If "
-                      "branches with one name defined in several branches, and refuses to load it")
     key = machine_key(providers)
     if key is None:
         return None, "this machine's CPU flags cannot be read (/proc/cpuinfo)"
@@ -163,6 +160,12 @@ def _save_optimized_models(app: App, staging: Path) -> tuple[str | None, str | N
         for done, path in enumerate(sources, 1):
             made.append(path.with_name(path.stem + OPTIMIZED_SUFFIX))
             save_optimized(str(path), str(made[-1]), providers)
+            if app.config.runtime.session == "one":  # ONNX Runtime repeats names across branches: make them unique
+                from sbrs.compile.one_graph import unique_names
+
+                model = onnx.load_model(str(made[-1]), load_external_data=False)
+                unique_names(model.graph)
+                onnx.save_model(model, str(made[-1]))
             progress(done)
         _share_optimized_weights(made, staging / OPTIMIZED_WEIGHTS)
     except Exception as exc:  # onnxruntime raises its own types; any failure leaves only the portable files

@@ -575,3 +575,41 @@ def one_plan(app: App) -> OnePlan:
     layout = _layout(frame, _scenario_entries(app.models))
     plan = plan_layout(layout, app=app.name, granularity="one", adaptive=tuple(config.adaptive))
     return OnePlan(**{f.name: getattr(plan, f.name) for f in fields(plan)})
+
+
+def unique_names(graph: onnx.GraphProto, taken: set[str] | None = None,
+                 renames: Mapping[str, str] | None = None) -> None:
+    """Rename, in place, every value defined in a branch under a name already defined elsewhere in the model
+    (``name~2`` ...), and its uses in that branch and the branches inside it.
+
+    ONNX Runtime's optimised form of the one graph (``sbrs.ort_env.save_optimized``) defines its NCHWc reorders
+    and folded weights under the same names in several branches (``reorder_token_0``, onnxruntime 1.32), and then
+    refuses to load the file it wrote (a graph must be in single static assignment form). Renamed, the file loads
+    and computes what the portable one computes (tested)."""
+    taken = set() if taken is None else taken
+    scope = dict(renames or {})
+    defined = [*(t.name for t in graph.initializer), *(i.name for i in graph.input),
+               *(name for node in graph.node for name in node.output if name)]
+    for name in defined:
+        if name in taken:
+            count = 2
+            while f"{name}~{count}" in taken:
+                count += 1
+            scope[name] = f"{name}~{count}"
+        else:
+            scope.pop(name, None)  # defined here: a rename from an outer scope no longer applies
+        taken.add(scope.get(name, name))
+
+    def renamed(name: str) -> str:
+        return scope.get(name, name) if name else name
+
+    for tensor in graph.initializer:
+        tensor.name = renamed(tensor.name)
+    for value in (*graph.input, *graph.output, *graph.value_info):
+        value.name = renamed(value.name)
+    for node in graph.node:
+        node.input[:] = [renamed(name) for name in node.input]
+        node.output[:] = [renamed(name) for name in node.output]
+        for attribute in node.attribute:
+            for subgraph in (*([attribute.g] if attribute.HasField("g") else []), *attribute.graphs):
+                unique_names(subgraph, taken, scope)

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from sbrs.app import App, load_app
+from sbrs.artifact.read import load_build
 from sbrs.cli import main
 from sbrs.compile.transitions import check_schedule
 from sbrs.runtime import runtime_for
@@ -210,7 +211,9 @@ def test_a_build_runs_it_without_the_compile_stage(tmp_path: Path, capsys: pytes
     assert main(["inspect", str(app_path)]) == 0
     assert "runs as one graph on one ONNX Runtime session" in capsys.readouterr().out  # which mode, and why
     files = sorted(path.name for path in (tmp_path / "tiny.build").iterdir())
-    assert files == ["manifest.json", "one.onnx", "weights.bin"]
+    # the graph, and ONNX Runtime's optimised form of it for this machine (its names made unique again)
+    assert files == ["manifest.json", "one.onnx", "one.opt.onnx", "weights.bin", "weights.opt.bin"]
+    assert load_build(app_path).optimized_here
     loaded = modules_a_run_loads(app_path, (*FORBIDDEN, "sbrs.compile.one_graph", "sbrs.moc", "sbrs.compile.layout"))
     assert loaded == []
     app = load_app(app_path)
