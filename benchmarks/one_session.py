@@ -10,8 +10,9 @@ For each app (default drone and cifar10) a copy of the app file with ``runtime: 
    ``malloc_trim`` (``plain_ort_active``). ``floor``: the issue's target on the CPU, that last figure plus the
    other scenarios' unique parameters plus 3 MB.
 2. **Time per frame**, in this process after the memory probes (their PSS would share this process's pages
-   otherwise): per scenario, the units runtime, the one-graph runtime (``infer``) and a plain ONNX Runtime
-   session of the scenario's own model with default options (``run``), in interleaved blocks, medians.
+   otherwise): per scenario, the units runtime, the one-graph runtime (``infer``), a plain ONNX Runtime session
+   of the scenario's own model with default options (``run``) and one of the one graph (as a server runs the
+   export), in interleaved blocks, medians.
 3. **Switching on the one session** (``--switching``): whether starting the new scenario's frame beside the old
    one on the same session (ONNX Runtime runs concurrent calls of one session) beats waiting for the old frame:
    for every ordered pair, a frame of the old scenario starts on a thread, the request comes at a random moment
@@ -109,19 +110,24 @@ def frame_times(units_app: Path, one_app: Path, frames: int, repeats: int) -> di
 
     import sbrs
     from sbrs.app import load_app
+    from sbrs.artifact.read import build_dir
 
     app = load_app(units_app)
     frame = np.random.default_rng(0).standard_normal(app.config.input.shape).astype(app.config.input.dtype)
     units, one = sbrs.runtime_for(units_app), sbrs.runtime_for(one_app)
+    # the same graph as a server runs the export: a plain ONNX Runtime session with its default options
+    graph = ort.InferenceSession(str(build_dir(one_app) / "one.onnx"), providers=["CPUExecutionProvider"])
     table: dict[str, dict[str, float]] = {}
     try:
-        for scenario in app.config.scenarios:
+        for index, scenario in enumerate(app.config.scenarios):
             plain = ort.InferenceSession(plain_model(app, scenario.name), providers=["CPUExecutionProvider"])
             feed = {plain.get_inputs()[0].name: frame}
+            chosen = {app.config.input.name: frame, "scenario": np.array(index, np.int64)}
             units.switch(scenario.name)
             one.switch(scenario.name)
             sides = {"units": lambda: units.infer(frame), "one": lambda: one.infer(frame),
-                     "plain": lambda feed=feed, plain=plain: plain.run(None, feed)}
+                     "plain": lambda feed=feed, plain=plain: plain.run(None, feed),
+                     "graph in plain ORT": lambda chosen=chosen: graph.run(None, chosen)}
             samples: dict[str, list[float]] = {side: [] for side in sides}
             for run in sides.values():  # warm-up
                 for _ in range(frames):
@@ -226,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frames", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--switching", action="store_true")
+    parser.add_argument("--no-memory", action="store_true", help="time frames (and switches) only")
     parser.add_argument("--folder", default=str(Path(tempfile.gettempdir()) / "sbrs-bench-one"),
                         help="where the one-graph app copies and their builds go")
     parser.add_argument("--json", action="store_true")
@@ -239,10 +246,11 @@ def main(argv: list[str] | None = None) -> int:
         build(one_app)
         pairs.append((units_app, one_app))
     for units_app, one_app in pairs:  # every memory probe before this process imports numpy or onnxruntime
-        report[units_app.stem] = {"pss_mb": memory(units_app, one_app, args.frames)}
+        report[units_app.stem] = {} if args.no_memory else {"pss_mb": memory(units_app, one_app, args.frames)}
     for units_app, one_app in pairs:
-        pss = report[units_app.stem]["pss_mb"]
-        pss["floor"] = pss["plain ORT, largest alone"] + unique_beside_largest(units_app) / 1e6 + 3.0
+        pss = report[units_app.stem].get("pss_mb")
+        if pss is not None:
+            pss["floor"] = pss["plain ORT, largest alone"] + unique_beside_largest(units_app) / 1e6 + 3.0
         report[units_app.stem]["ms_per_frame"] = frame_times(units_app, one_app, args.frames, args.repeats)
         if args.switching:
             report[units_app.stem]["switching"] = switching(one_app, args.repeats)
@@ -250,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report, indent=1))
         return 0
     for app, row in report.items():
-        pss = row["pss_mb"]
+        pss = row.get("pss_mb", {})
         print(f"{app}: PSS above a bare interpreter, MB: " + ", ".join(f"{k} {v:.1f}" for k, v in pss.items()))
         print(f"  {'scenario':<12} {'units ms':>9} {'one ms':>8} {'plain ms':>9} {'one/plain':>9} {'units/plain':>11}")
         for scenario, t in row["ms_per_frame"].items():
