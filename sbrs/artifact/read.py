@@ -13,6 +13,8 @@
     one ONNX model per distinct band call of the ``PartsPlan`` the manifest holds (``parts``: band
     heights, band calls, line buffers with their arena offsets, the transition tables), when the app's
     memory limit needs processing by parts (a build by parts has no unit plan);
+``one.onnx`` (instead of units, for an app with ``runtime.session: one``)
+    the app as one graph (``sbrs.compile.one_graph``), the one unit of the manifest's plan (``execution: one``);
 ``weights.bin``
     every distinct weight tensor once (deduplicated by content, 4 KiB-aligned), shared by all unit files.
 ``<name>.opt.onnx`` (beside each model file above, CPU apps) and ``weights.opt.bin``

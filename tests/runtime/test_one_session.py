@@ -1,9 +1,9 @@
 """``runtime.session: one``: the app as one graph on one ONNX Runtime session, through the one engine.
 
 Every frame equals ONNX Runtime running the scenario's own model (invariant 1): in steady state, around a switch
-of every ordered pair (the request as the old frame's call starts, and after it), through random switch sequences
-from a thread (requests at random moments, naive and SBRS-TP on either arena, cancelling the frame in flight),
-on two streams, from a build as ``sbrs run`` opens it; the transition tables hold for the real bindings
+of every ordered pair (the request as the old frame's call starts), through random switch sequences from a
+thread and from three at once (requests at random moments, naive and SBRS-TP on either arena, cancelling the
+frame in flight), on two streams, from a build as ``sbrs run`` opens it; the transition tables hold for the real bindings
 (invariant 3); a run of such a build imports nothing of the compile stage.
 """
 
@@ -29,6 +29,7 @@ from tests.compile.test_one_graph import TORCHVISION_APP
 from tests.conftest import FORBIDDEN, REPO, modules_a_run_loads, write_derived_app
 from tests.runtime.conftest import References, assert_equivalent, assert_switch_at_steps_equal, random_frame
 from tests.runtime.test_cancel import Cancellations, check_stream, request_at_step
+from tests.runtime.test_switching_stress import DISTINCT_FRAMES, SECONDS_PER_CASE, stress
 
 #: Runtimes of every way a switch runs: (transition, transition arena, on_switch).
 KINDS = {"naive": ("naive", None, "finish"), "tp-shadow": ("sbrs-tp", "shadow", "finish"),
@@ -222,3 +223,22 @@ def test_a_build_runs_it_without_the_compile_stage(tmp_path: Path, capsys: pytes
         assert runtime.execution == "one" and runtime.session_count == 1
         assert_steady_state(runtime, app, refs)
         assert_every_pair(runtime, app, refs)
+
+
+@pytest.mark.parametrize("name", ["tiny", "cifar10"])
+def test_concurrent_switches_never_lose_a_frame(load_example: Callable[[str], App], name: str) -> None:
+    """Three threads sending requests at random moments while paced frames arrive (``test_switching_stress``'s
+    ``stress``), every way a switch runs: every frame once, each equal to its scenario's own model."""
+    app = load_example(name)
+    refs = References(app)
+    frames = [random_frame(app, 100 + k) for k in range(DISTINCT_FRAMES)]
+    want = {(s, k): refs.outputs(s, frame) for s in refs.sessions for k, frame in enumerate(frames)}
+    for case, kind in enumerate(KINDS):
+        with one_runtime(app, kind) as runtime:
+            for order in ("completion", "stream"):
+                results = stress(runtime, frames, SECONDS_PER_CASE / 2, seed=case, order=order)
+                indices = [r.index for r in results]
+                assert sorted(indices) == list(range(len(results))), f"{kind}/{order}: frames lost or repeated"
+                for result in results:
+                    assert_equivalent(result.outputs, want[(result.scenario, result.index % DISTINCT_FRAMES)],
+                                      f"{kind}/{order} frame {result.index} on {result.scenario}")
