@@ -259,6 +259,12 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
     mode = app.config.runtime.transition
     arena = "shadow" if mode == "sbrs-tp" else "shared"
     parts = None
+    if reduction is not None and not reduction["early_exit"] and app.config.runtime.session == "one":
+        from sbrs.errors import InputError
+
+        raise InputError(f"the memory limit {reduction['memory_limit_bytes'] / 1e6:g} MB needs processing by parts, "
+                         "which one graph cannot be: use session: units or a larger limit",
+                         file=str(app.config.path), field="runtime.session")
     if reduction is not None and not reduction["early_exit"]:
         from sbrs.compile.fit import fit_parts
 

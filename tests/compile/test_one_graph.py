@@ -272,3 +272,15 @@ def test_any_family_of_scenarios_is_one_graph_equal_to_each(members: list[tuple[
         prefix += 1
     outer = [node for node in graph.model.graph.node if node.op_type == "Conv"]
     assert len(outer) >= 1 + prefix
+
+
+def test_a_memory_limit_that_needs_parts_is_refused_for_one_graph(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    app_path = tmp_path / "tiny.yaml"
+    app_path.write_text((REPO / "apps" / "tiny.yaml").read_text().replace(
+        "initial: full\n", "initial: full\nruntime: {session: one}\n"))
+    assert main(["build", str(app_path), "--memory-limit", "0.25", "--cost", "analytic", "--generations", "2",
+                 "--population", "4", "-q"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "runtime.session: the memory limit 0.25 MB needs processing by "
+                                                   "parts", file=str(app_path))
+    assert not (tmp_path / "tiny.build").exists()
