@@ -117,8 +117,7 @@ def _memory_table(app: Any, plans: dict[tuple[str, ...], Any]) -> str:
         f"{'A':<12} {'params':>8} {'naive':>8} {'supergr.':>8} {'Alg. 8':>8} {'arena':>8} {'bound':>8}"
         f" {'arena/bd':>8} {'total':>8} {'vs M_naive':>10}",
     ]
-    for adaptive, plan in plans.items():
-        memory = plan.memory
+    for adaptive, memory in plans.items():
         total = memory.params_bytes + memory.arena_bytes
         lines.append(
             f"{'{' + ', '.join(adaptive) + '}':<12} {_mb(memory.params_bytes):>8} {_mb(memory.naive_bytes):>8}"
@@ -152,15 +151,15 @@ def cmd_build(args: argparse.Namespace) -> int:
 def _build_text(result: Any) -> str:
     """``sbrs build``'s report for people: the memory table per A, per scenario, where the plan and the build
     went, and the reduction when a memory limit needed one."""
-    from sbrs.memory.app_plan import build_plan, with_adaptive
+    from sbrs.memory.app_plan import plan_memory
 
     app, plan, report = result.app, result.plan, result.report
     reduction = report.get("reduction")
     built = report["build"]
-    plans = {tuple(app.config.adaptive): plan}
+    plans = {tuple(app.config.adaptive): plan.memory}
     for adaptive in ADAPTIVE_SETS:
-        if adaptive not in plans:
-            plans[adaptive] = build_plan(with_adaptive(app, adaptive))
+        if adaptive not in plans:  # the table's other rows need the figures alone, not a whole plan
+            plans[adaptive] = plan_memory(app, adaptive)
     lines = [f"app {app.name}: {len(app.models)} scenarios, A = {{{', '.join(plan.adaptive)}}},"
              f" {report['supergraph_layers']} supergraph layers, {report['supergraph_edges']} edges,"
              f" {report['control_parameters']} control parameters", _memory_table(app, plans),
@@ -225,6 +224,15 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     from sbrs.artifact.read import config_from_dict, ensure_build, read_manifest
     from sbrs.run.loop import run_app
 
+    # The command owns its process: OpenCV and its FFmpeg, where a video source loads them, say nothing on
+    # stderr but errors (a stream's read timeout is a warning of theirs; sbrs logs what it does about it).
+    os.environ.setdefault("OPENCV_LOG_LEVEL", "ERROR")
+    os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")
+    if args.source is not None:  # a text that names no source fails before the app is built or loaded
+        from sbrs.run.sources import parse_source
+
+        parse_source(args.source)
+
     folder = ensure_build(args.app, rebuild=args.rebuild)
     config = config_from_dict(read_manifest(folder, args.app)["config"])
     observers: list[Any] = []
@@ -238,11 +246,13 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     if metrics_server is not None:
         logger.info("sbrs run: metrics on %s", metrics_server.url)
     try:
-        return run_app(args.app, frames=args.frames, source=args.input, output=args.output, seed=args.seed,
+        return run_app(args.app, frames=args.frames, source=args.source, output=args.output, seed=args.seed,
                        granularity=args.granularity, transition=args.transition, on_switch=args.on_switch,
                        socket_path=args.socket,
                        listen=args.listen, no_socket=args.no_socket, order=args.order, observers=observers,
-                       summary_path=args.summary, stop=stop, save_outputs=args.save_outputs)
+                       summary_path=args.summary, stop=stop, save_outputs=args.save_outputs,
+                       realtime=args.realtime, reconnect=args.reconnect, save_video=args.save_video, show=args.show,
+                       env_sources=args.env_source, env_poll_s=args.env_poll, env_max_age_s=args.env_max_age)
     finally:
         if metrics_server is not None:
             metrics_server.stop()
@@ -485,8 +495,22 @@ def _build_arguments(build: argparse.ArgumentParser) -> None:
 def _run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("app", metavar="APP.yaml")
     run.add_argument("--frames", type=int, default=None, help="stop after N frames (default: until interrupted)")
-    run.add_argument("--input", default=None, metavar="SRC",
-                     help="a folder of .npy frames or of images (default: seeded random frames)")
+    run.add_argument("--source", "--input", dest="source", default=None, metavar="SRC",
+                     help="where frames come from: a folder of .npy frames or of images, a video file, a camera "
+                          "(0, /dev/videoN, v4l2:///dev/videoN), a stream (rtsp://, rtp://@:PORT, udp://@:PORT, "
+                          "http(s)://), csi://N or a GStreamer pipeline (default: the app's source:, else seeded "
+                          "random frames; video needs sbrs[video])")
+    run.add_argument("--realtime", action="store_true",
+                     help="pace a video file at its frame rate, the newest frame taken, as a camera would give it "
+                          "(default: every frame of the file, as fast as the app runs)")
+    run.add_argument("--reconnect", action=argparse.BooleanOptionalAction, default=None,
+                     help="reopen a source that stops giving frames, with backoff (default: on for network streams, "
+                          "off otherwise)")
+    run.add_argument("--save-video", default=None, metavar="OUT.mp4",
+                     help="also write every processed frame with its result drawn on it (labels or boxes, the "
+                          "scenario, fps, switches) to a video (.mp4, .mkv, .mov, .avi)")
+    run.add_argument("--show", action="store_true",
+                     help="show the processed frames in a window (needs a display and OpenCV with a GUI)")
     run.add_argument("--output", default=None, metavar="FILE", help="write the JSON lines here (default: stdout)")
     run.add_argument("--summary", default=None, metavar="FILE",
                      help="also write the run's summary as one JSON object to FILE (frames, switches, and the "
@@ -514,6 +538,16 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
     where.add_argument("--no-socket", action="store_true", help="serve no control socket")
     run.add_argument("--listen", default=None, metavar="HOST:PORT",
                      help="also serve the control protocol on TCP, loopback addresses only")
+    sensing = run.add_argument_group("environment from sensors", "readings go to the app's policy as `sbrs env` "
+                                     "requests do (these replace the app file's environment: section)")
+    sensing.add_argument("--env-source", action="append", default=None, metavar="SPEC",
+                         help="a sensor (repeatable): power_supply[:NAME|:PATH], thermal[:NAME|:PATH], "
+                              "mavlink:udpin:HOST:PORT, mavlink:tcp:HOST:PORT, mavlink:DEVICE[:BAUD]; 'none': none")
+    sensing.add_argument("--env-poll", type=float, default=None, metavar="S",
+                         help="read the sysfs sensors every S seconds (default: environment.poll_s, 1)")
+    sensing.add_argument("--env-max-age", type=float, default=None, metavar="S",
+                         help="forget a sensor's value S seconds after its last reading (default: "
+                              "environment.max_age_s, 10)")
     from sbrs.metrics import cli_arguments
 
     cli_arguments(run)

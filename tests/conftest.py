@@ -12,7 +12,8 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -29,24 +30,54 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[1]
 APPS = sorted((REPO / "apps").glob("*.yaml"))
+#: The example apps the fast tier runs the resume proofs and switching stress tests on; the others: slow tier.
+SMALL_APPS = ("tiny", "pamap2")
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    previous = os.environ.get("SBRS_CACHE_DIR")
-    cache = tmp_path_factory.mktemp("sbrs-cache")
-    os.environ["SBRS_CACHE_DIR"] = str(cache)
-    yield
+def example_apps_by_tier() -> list[object]:
+    """Every example app's name as a pytest parameter, those outside ``SMALL_APPS`` marked ``slow``."""
+    return [name if name in SMALL_APPS else pytest.param(name, marks=pytest.mark.slow)
+            for name in sorted(path.stem for path in APPS)]
+
+
+#: The environment variable holding the test run's model cache while it runs (set by ``pytest_configure``).
+CACHE_VARIABLE = "SBRS_CACHE_DIR"
+#: The xdist group of the tests that build or run an app inside the repository (``apps/tiny.build``, say): they
+#: run one after another on one worker, so no two processes write the same build folder at once.
+REPO_BUILDS = pytest.mark.xdist_group("repo-builds")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One private model cache for the whole test run, shared by the xdist workers (a worker inherits the
+    variable; the cache writes files atomically, so workers making the same model at once is safe), so that each
+    zoo model is exported once per run, not once per worker."""
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller made the cache
+        return
+    config.stash[_previous_cache] = os.environ.get(CACHE_VARIABLE)
+    config.stash[_run_cache] = Path(tempfile.mkdtemp(prefix="sbrs-test-cache-"))
+    os.environ[CACHE_VARIABLE] = str(config.stash[_run_cache])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput") or _run_cache not in config.stash:
+        return
+    previous = config.stash[_previous_cache]
     if previous is None:
-        os.environ.pop("SBRS_CACHE_DIR", None)
+        os.environ.pop(CACHE_VARIABLE, None)
     else:
-        os.environ["SBRS_CACHE_DIR"] = previous
+        os.environ[CACHE_VARIABLE] = previous
+    cache = config.stash[_run_cache]
     remove_builds_into(cache)
+    shutil.rmtree(cache, ignore_errors=True)
+
+
+_run_cache = pytest.StashKey[Path]()
+_previous_cache = pytest.StashKey["str | None"]()
 
 
 def remove_builds_into(cache: Path, root: Path = REPO) -> list[Path]:
     """The builds the tests left in the working tree (``apps/*.build``, ``tests/**/*.build``) whose models are in
-    ``cache``, the session's private one, removed: the cache goes with the session, and such a build would make a
+    ``cache``, the test run's private one, removed: the cache goes with the run, and such a build would make a
     user's next ``sbrs run apps/drone.yaml`` refuse it as damaged (its scenario models gone) where no build at
     all is built again."""
     removed = []
@@ -187,10 +218,12 @@ FORBIDDEN_WITH_SOCKET = ("asyncio", "ssl", "_ssl", "hashlib", "_hashlib", "numpy
                          "deap", "concurrent.futures")
 
 
-def modules_a_run_loads(app: Path, forbidden: tuple[str, ...] = FORBIDDEN, socket_path: Path | None = None) -> list[str]:
+def modules_a_run_loads(app: Path, forbidden: tuple[str, ...] = FORBIDDEN, socket_path: Path | None = None,
+                        extra: tuple[str, ...] = ()) -> list[str]:
     """Which of ``forbidden`` a fresh process running 3 frames of ``app``'s build imports (``--no-socket``, or
-    with its control socket at ``socket_path``)."""
+    with its control socket at ``socket_path``; ``extra``: more options of ``sbrs run``)."""
     control = ["--socket", str(socket_path)] if socket_path is not None else ["--no-socket"]
+    control += list(extra)
     code = f"""
 import sys
 from sbrs.cli import main

@@ -10,7 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from sbrs.app.schema import AppEntry, MetricsEntry, PolicyEntry, QuantizeEntry, RuntimeEntry, ScenarioEntry
+from sbrs.app.schema import (
+    AppEntry,
+    EnvironmentEntry,
+    HysteresisEntry,
+    MetricsEntry,
+    PolicyEntry,
+    QuantizeEntry,
+    RuntimeEntry,
+    ScenarioEntry,
+    TemperatureThresholdEntry,
+)
 from sbrs.cli import build_parser
 from tests.conftest import REPO
 
@@ -57,5 +67,6 @@ def test_every_app_file_field_is_documented() -> None:
     text = (DOCS / "APP_YAML.md").read_text(encoding="utf-8")
     # a field's key in the file is its alias where it has one (``from``, a Python keyword, is the field ``from_``)
     fields = {info.alias or name for entry in (AppEntry, ScenarioEntry, QuantizeEntry, RuntimeEntry, PolicyEntry,
-                                               MetricsEntry) for name, info in entry.model_fields.items()}
+                                               MetricsEntry, EnvironmentEntry, TemperatureThresholdEntry,
+                                               HysteresisEntry) for name, info in entry.model_fields.items()}
     assert sorted(f for f in fields if not any(form.format(f) in text for form in ("`{}`", ".{}`", "`{}."))) == []

@@ -19,7 +19,7 @@ from sbrs.app.config import InputSpec, load_app_config
 from sbrs.app.yaml_lines import load_yaml
 from sbrs.control import RequestError
 from sbrs.errors import InputError
-from sbrs.run.frames import open_frames
+from sbrs.run.frames import open_source
 from sbrs.server.protocol import decode_message, parse_request
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -107,7 +107,7 @@ def test_npy_frame_source_on_any_files(tmp_path: Path, payloads: list[object]) -
                 np.save(path, np.full(shape, fill).astype(dtype))
     spec = InputSpec("input", (1, 2, 2), "float32")
     try:
-        for frame in open_frames(str(folder), spec):
+        for frame in open_source(str(folder), spec):
             assert frame.shape == spec.shape and frame.dtype == np.float32 and np.isfinite(frame).all()
     except InputError as error:
         _one_line(error)
@@ -125,7 +125,7 @@ def test_image_frame_source_on_any_files(tmp_path: Path, blobs: list[bytes]) -> 
         (folder / f"{index:03d}.png").write_bytes(b"\x89PNG\r\n\x1a\n" + blob if index % 2 else blob)
     spec = InputSpec("input", (1, 3, 8, 8), "float32")
     try:
-        for frame in open_frames(str(folder), spec):
+        for frame in open_source(str(folder), spec):
             assert frame.shape == spec.shape
     except InputError as error:
         _one_line(error)

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from sbrs.app.config import AppConfig, ScenarioConfig, load_app_config
 from sbrs.errors import InputError
 from sbrs.log import Progress
 from sbrs.model import CnnModel, memory_figures, params_bytes
+from sbrs.model.cnn import WeightStore
 
 logger = logging.getLogger(__name__)
 
@@ -82,9 +85,20 @@ def load_app(path: str | Path) -> App:
     progress = Progress(logger, f"importing the models of app '{config.name}'", len(config.scenarios),
                         unit="models")
     models = {}
+    held: dict[str, np.ndarray] = {}  # every weight by content digest, as the first scenario holding it has it
     for done, scenario in enumerate(config.scenarios, 1):
         logger.debug("scenario %s: importing %s", scenario.name, scenario.model_path)
-        models[scenario.name] = _import_scenario(config, scenario)
+        models[scenario.name] = _held_once(_import_scenario(config, scenario), held)
         progress(done)
     check_model_outputs(config, models)
     return App(config, models)
+
+
+def _held_once(model: CnnModel, held: dict[str, np.ndarray]) -> CnnModel:
+    """``model`` with each weight that an earlier scenario holds too (equal by value: one content digest) taken
+    from that scenario, so that its own copy is freed: scenarios of one family each read from their own file
+    held the same weights once per scenario (60 ResNet-18 variants: 1190 MB, of which 46 MB distinct)."""
+    duplicates = [digest for digest, array in model.weights.items() if held.setdefault(digest, array) is not array]
+    if not duplicates:
+        return model
+    return replace(model, weights=WeightStore((digest, held[digest]) for digest in model.weights))

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import typing
 from contextlib import suppress
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sbrs.app.environment import EnvironmentConfig, check_sources, parse_env_source
+from sbrs.app.preprocess import DEFAULT_PREPROCESS, Preprocess
 from sbrs.cache import cached_file, content_key
 from sbrs.errors import InputError
 from sbrs.outputs.spec import DEFAULT_SPEC, PostprocessSpec
@@ -21,15 +23,26 @@ from sbrs.outputs.spec import DEFAULT_SPEC, PostprocessSpec
 if TYPE_CHECKING:  # YAML and pydantic read and validate a file; a compiled build (sbrs.artifact.read) needs neither
     from pydantic import BaseModel
 
-    from sbrs.app.schema import AppEntry, MetricsEntry, PolicyEntry, Requirements, ScenarioEntry
+    from sbrs.app.schema import (
+        AppEntry,
+        EnvironmentEntry,
+        InputSpecEntry,
+        MetricsEntry,
+        PolicyEntry,
+        Requirements,
+        ScenarioEntry,
+    )
     from sbrs.app.yaml_lines import LocatedYaml, Path_
 
 
 @dataclass(frozen=True)
 class InputSpec:
+    """The app's ``input:``; ``preprocess``: how pictures become this input (``sbrs.app.preprocess``)."""
+
     name: str
     shape: tuple[int, ...]
     dtype: str
+    preprocess: Preprocess = DEFAULT_PREPROCESS
 
 
 @dataclass(frozen=True)
@@ -147,11 +160,21 @@ class BatteryRule:
 
 
 @dataclass(frozen=True)
+class TemperatureRule:
+    """``policy.temperature[i]``: above ``above`` °C force ``scenario``, or rank by ``requirements``."""
+
+    above: float
+    scenario: str | None = None
+    requirements: RequirementSet | None = None
+
+
+@dataclass(frozen=True)
 class PolicyConfig:
     """The app's ``policy:`` section, resolved (semantics in ``sbrs.control.policy``).
 
-    ``battery`` is sorted by ``below`` (lowest first). ``default_requirements`` is None only in configs built
-    by hand; ``load_app_config`` fills in the initial scenario's requirements when the file gives none.
+    ``battery`` is sorted by ``below`` (lowest first), ``temperature`` by ``above`` (highest first).
+    ``default_requirements`` is None only in configs built by hand; ``load_app_config`` fills in the initial
+    scenario's requirements when the file gives none.
     """
 
     battery: tuple[BatteryRule, ...] = ()
@@ -159,6 +182,8 @@ class PolicyConfig:
     fps_hysteresis: float = 0.1
     high_power: tuple[str, ...] = ()
     default_requirements: RequirementSet | None = None
+    temperature: tuple[TemperatureRule, ...] = ()
+    temperature_hysteresis: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -198,6 +223,10 @@ class AppConfig:
     memory_limit_mb: float | None
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)
+    #: ``source:`` of the app file (``sbrs run``'s frames without ``--source``): a URI, a device, or a path
+    #: made absolute from the app file's folder; None: none given
+    source: str | None = None
 
     def scenario(self, name: str) -> ScenarioConfig:
         for scenario in self.scenarios:
@@ -408,13 +437,45 @@ def _resolve_policy(entry: PolicyEntry, names: list[str], initial: RequirementSe
             raise doc.error(("policy", "high_power", index), f"unknown scenario '{name}' ({known})")
         if name in entry.high_power[:index]:
             raise doc.error(("policy", "high_power", index), f"duplicate entry '{name}'")
+    hot: dict[float, int] = {}
+    for index, hot_rule in enumerate(entry.temperature):
+        if hot_rule.scenario is not None and hot_rule.scenario not in names:
+            raise doc.error(("policy", "temperature", index, "scenario"),
+                            f"unknown scenario '{hot_rule.scenario}' ({known})")
+        if hot_rule.above in hot:
+            raise doc.error(("policy", "temperature", index, "above"), f"duplicate threshold {hot_rule.above:g} "
+                            f"(first: policy.temperature[{hot[hot_rule.above]}])")
+        hot[hot_rule.above] = index
     rules = sorted((BatteryRule(float(rule.below), rule.scenario,
                                 None if rule.requirements is None else _requirement_set(rule.requirements))
                     for rule in entry.battery), key=lambda rule: rule.below)
+    hot_rules = sorted((TemperatureRule(float(rule.above), rule.scenario,
+                                        None if rule.requirements is None else _requirement_set(rule.requirements))
+                        for rule in entry.temperature), key=lambda rule: -rule.above)
     default = initial if entry.default_requirements is None else _requirement_set(entry.default_requirements)
     return PolicyConfig(battery=tuple(rules), battery_hysteresis=float(entry.hysteresis.battery),
                         fps_hysteresis=float(entry.hysteresis.fps), high_power=tuple(entry.high_power),
-                        default_requirements=default)
+                        default_requirements=default, temperature=tuple(hot_rules),
+                        temperature_hysteresis=float(entry.hysteresis.temperature))
+
+
+def _resolve_environment(entry: EnvironmentEntry, doc: LocatedYaml) -> EnvironmentConfig:
+    """The ``environment:`` section: every source parsed (a relative path is relative to the app file), at most
+    one source of each environment value."""
+    base = Path(doc.file).parent
+    sources = []
+    for index, text in enumerate(entry.sources):
+        try:
+            sources.append(parse_env_source(text, base=base))
+        except InputError as exc:
+            raise doc.error(("environment", "sources", index), exc.detail) from None
+    try:
+        check_sources(tuple(sources))
+    except InputError as exc:
+        raise doc.error(("environment", "sources"), exc.detail) from None
+    min_fps = entry.min_fps if entry.min_fps is None or isinstance(entry.min_fps, str) else float(entry.min_fps)
+    return EnvironmentConfig(sources=tuple(sources), poll_s=float(entry.poll_s),
+                             max_age_s=None if entry.max_age_s is None else float(entry.max_age_s), min_fps=min_fps)
 
 
 def _resolve_metrics(entry: MetricsEntry, doc: LocatedYaml) -> MetricsConfig:
@@ -437,6 +498,48 @@ def _check_one_session(app: AppEntry, doc: LocatedYaml) -> None:
                         "shared step to resume after: use finish or cancel, or session: units")
 
 
+def resolve_input(entry: InputSpecEntry, doc: LocatedYaml) -> InputSpec:
+    """The app's ``input:`` with its ``preprocess:`` checked against the input (an image input; ``mean`` and
+    ``std`` with one value or one per channel; no value arithmetic for an integer input)."""
+    spec = InputSpec(entry.name, tuple(entry.shape), entry.dtype)
+    given = entry.preprocess
+    if given is None:
+        return spec
+    from sbrs.app.preprocess import image_layout
+
+    path = ("input", "preprocess")
+    try:
+        channels = image_layout(spec, field="input.preprocess")[1]
+    except InputError as exc:
+        raise doc.error(path, exc.detail) from None
+    if not entry.dtype.startswith("float"):
+        for key in ("scale", "mean", "std"):
+            if getattr(given, key) is not None:
+                raise doc.error((*path, key), f"an input of {entry.dtype} takes the pixels as they are; scale, mean "
+                                              "and std apply to float inputs")
+    for key in ("mean", "std"):
+        values = getattr(given, key)
+        if values is not None and len(values) not in (1, channels):
+            raise doc.error((*path, key), f"{len(values)} values for an input of {channels} channels (give one, "
+                                          f"or one per channel)")
+    return replace(spec, preprocess=Preprocess(
+        resize=given.resize, pad_value=given.pad_value, colors=given.colors,
+        scale=DEFAULT_PREPROCESS.scale if given.scale is None else float(given.scale),
+        mean=None if given.mean is None else tuple(float(v) for v in given.mean),
+        std=None if given.std is None else tuple(float(v) for v in given.std)))
+
+
+def resolve_source(text: str | None, doc: LocatedYaml) -> str | None:
+    """``source:`` of the app file: a path that exists beside the app file, made absolute; anything else (a
+    URI, a device, a camera index, a GStreamer pipeline) as written. Checked when ``sbrs run`` opens it."""
+    if text is None:
+        return None
+    candidate = Path(doc.file).parent / text
+    if "://" not in text and " ! " not in text and not Path(text).is_absolute() and candidate.exists():
+        return str(candidate.resolve())
+    return text
+
+
 def load_app_config(path: str | Path) -> AppConfig:
     """Read and validate an app YAML and its scenario files; resolve every scenario's ONNX file."""
     from sbrs.app.postprocess import resolve_postprocess
@@ -446,6 +549,7 @@ def load_app_config(path: str | Path) -> AppConfig:
     doc = load_yaml(path)
     _as_mapping(doc, doc.data, (), "the app")
     app: AppEntry = _validate(AppEntry, doc.data, doc)
+    input_spec = resolve_input(app.input, doc)
     postprocess = (DEFAULT_SPEC if app.postprocess is None
                    else resolve_postprocess(app.postprocess, doc, ("postprocess",), "app"))
 
@@ -467,7 +571,8 @@ def load_app_config(path: str | Path) -> AppConfig:
         from sbrs.app.derive import derive_scenario
 
         for entry, entry_doc, entry_path in derived:
-            resolved[entry.name] = derive_scenario(entry, entries, resolved, app, entry_doc, entry_path)
+            resolved[entry.name] = derive_scenario(entry, entries, resolved, app, entry_doc, entry_path,
+                                                   input_spec=input_spec)
     scenarios = [resolved[entry.name] for entry, _, _ in entries]
 
     names = [s.name for s in scenarios]
@@ -480,7 +585,7 @@ def load_app_config(path: str | Path) -> AppConfig:
     return AppConfig(
         name=app.name,
         path=str(Path(path).resolve()),
-        input=InputSpec(app.input.name, tuple(app.input.shape), app.input.dtype),
+        input=input_spec,
         adaptive=tuple(app.adaptive),
         initial=initial,
         scenarios=tuple(scenarios),
@@ -493,4 +598,6 @@ def load_app_config(path: str | Path) -> AppConfig:
         memory_limit_mb=app.memory_limit_mb,
         policy=_resolve_policy(app.policy, names, scenarios[names.index(initial)].requirements, doc),
         metrics=_resolve_metrics(app.metrics, doc),
+        environment=_resolve_environment(app.environment, doc),
+        source=resolve_source(app.source, doc),
     )

@@ -3,14 +3,15 @@
 The source scenario's ONNX file (its own, or the cached export of its ``zoo:``/``layers:``) is converted by
 ONNX Runtime's tools (``sbrs.model.precision``) into the cache (``sbrs.cache.cached_file``, kind ``derived``),
 under a key of everything the result depends on: the source file's content, the mode, the calibration
-frames' content (and Pillow's version for images; or the synthetic frames' recipe), the app's input, and the
+frames' content (and for images Pillow's version, the resampling library and the pre-processing; or the
+synthetic frames' recipe), the app's input, and the
 onnxruntime version whose quantizer made it. A second load with the same inputs reuses the file; a changed
 source or frame quantizes again. The derived scenario then is a scenario like any other: its file is
 imported, merged and built.
 
 Calibration (``int8-static``): the frames of ``quantize.calibration`` (a folder relative to the file that
 declares the scenario), read as ``sbrs run --input`` reads a folder (``sbrs.app.frames``): its ``.npy`` files,
-or its images resized and normalised for the app's input, every one of them, in name order. Every file is
+or its images pre-processed for the app's input (``input.preprocess``), every one of them, in name order. Every file is
 checked at every load (a ``.npy`` header, an image's header and integrity; an error is one line naming the
 field and the file), the frames are read only to quantize. Without ``calibration`` the model is calibrated
 on seeded synthetic frames and a warning says so: the quantization ranges then fit noise, not images, and the
@@ -26,7 +27,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,7 +63,8 @@ def calibration_files(folder: Path) -> list[Path]:
 def _check_frames(folder: Path, written: str, spec: InputSpec, doc: LocatedYaml,
                   field: Path_) -> tuple[object, Iterator[np.ndarray]]:
     """The cache key's record of the frames of ``folder`` (each file's name and sha256; for images, Pillow's
-    version too: its resizing makes the frames) and the frames, every file checked as ``sbrs run --input``
+    version, the library that resizes them and the app's ``input.preprocess`` too: they make the frames) and
+    the frames, every file checked as ``sbrs run --input``
     checks it (``sbrs.app.frames``)."""
     if not folder.is_dir():
         raise doc.error(field, f"no such folder of calibration frames: {written}")
@@ -79,7 +81,9 @@ def _check_frames(folder: Path, written: str, spec: InputSpec, doc: LocatedYaml,
         return records, frames
     import PIL  # folder_frames has read the images with it
 
-    return ("images", PIL.__version__, records), frames
+    from sbrs.app.preprocess import resampler
+
+    return ("images", PIL.__version__, resampler(), asdict(spec.preprocess), records), frames
 
 
 def _as_written(detail: str, doc: LocatedYaml) -> str:
@@ -116,9 +120,10 @@ def _source(entry: ScenarioEntry, entries: Sequence[tuple[ScenarioEntry, Located
 
 def derive_scenario(entry: ScenarioEntry, entries: Sequence[tuple[ScenarioEntry, LocatedYaml, Path_]],
                     resolved: Mapping[str, ScenarioConfig], app: AppEntry, doc: LocatedYaml,
-                    path: Path_) -> ScenarioConfig:
+                    path: Path_, *, input_spec: InputSpec | None = None) -> ScenarioConfig:
     """The scenario of ``entry`` (``from:`` + ``quantize:``), its model derived into the cache (module
-    docstring); ``resolved`` holds every scenario with a model of its own."""
+    docstring); ``resolved`` holds every scenario with a model of its own; ``input_spec``: the app's input
+    with its pre-processing (default: ``app``'s input, pre-processed by default)."""
     import onnxruntime
 
     from sbrs.app.postprocess import resolve_postprocess
@@ -127,7 +132,7 @@ def derive_scenario(entry: ScenarioEntry, entries: Sequence[tuple[ScenarioEntry,
     source = _source(entry, entries, resolved, doc, path)
     assert entry.quantize is not None  # the schema pairs it with ``from``
     mode, written = entry.quantize.mode, entry.quantize.calibration
-    spec = InputSpec(app.input.name, tuple(app.input.shape), app.input.dtype)
+    spec = input_spec or InputSpec(app.input.name, tuple(app.input.shape), app.input.dtype)
     field: Path_ = (*path, "quantize", "calibration")
     folder = None if written is None else (Path(doc.file).parent / written).resolve()
     calibration_frames: Iterator[np.ndarray] | None = None

@@ -6,12 +6,12 @@ derived int8 scenario (``quantize.calibration``, ``sbrs.app.derive``); ``field``
 - A folder with ``.npy`` files: each file is one frame, in file-name order, of the app's input shape (or that
   shape without its leading batch dimension of 1) and a dtype that casts to the input's within its kind.
   Every file's header is checked before the first frame is read, so a bad file is a one-line ``InputError``.
-- A folder of images (``.png``, ``.jpg``, ``.jpeg``, ``.bmp``, any case) and no ``.npy`` file: each resized
-  (bilinear) to the input's height and width, as RGB (3 channels) or grayscale (1), laid out NCHW or NHWC as
-  the input shape says; float inputs get values in [0, 1] normalised with the ImageNet mean and standard
-  deviation (3 channels) or plain [0, 1] (1 channel). Needs Pillow (``pip install "sbrs[images]"``); without
-  it, a one-line ``InputError``. Every image is checked (header, at most ``MAX_IMAGE_PIXELS`` pixels,
-  integrity) before the first frame is read.
+- A folder of images (``.png``, ``.jpg``, ``.jpeg``, ``.bmp``, any case) and no ``.npy`` file: each decoded
+  by Pillow (``pip install "sbrs[images]"``; without it, a one-line ``InputError``) as RGB (3 channels) or
+  grayscale (1) and pre-processed as the app's ``input.preprocess`` says (``sbrs.app.preprocess``: the one path
+  video frames take too; by default stretched to the input's size and normalised with the ImageNet mean and
+  standard deviation, or plain [0, 1] for one channel). Every image is checked (header, at most
+  ``MAX_IMAGE_PIXELS`` pixels, integrity) before the first frame is read.
 
 Non-finite values (NaN, infinity) in a ``.npy`` frame are refused with a one-line ``InputError`` naming the
 file: they would only come back as non-finite outputs.
@@ -28,11 +28,10 @@ from pathlib import Path
 import numpy as np
 
 from sbrs.app.config import InputSpec
+from sbrs.app.preprocess import Preprocessor
 from sbrs.errors import InputError
 
 IMAGE_SUFFIXES: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".bmp")
-IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
-IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
 MAX_IMAGE_PIXELS = 50_000_000  # an input image is decoded whole before it is resized: bound what that costs
 #: The frame files of a folder as glob patterns (``Path.glob``): the ``.npy`` files, then the images by suffix in
 #: any case (``*.[pP][nN][gG]``), as ``frame_files`` finds them.
@@ -96,27 +95,22 @@ def _load_npy(files: list[Path], spec: InputSpec, field: str) -> Iterator[np.nda
         yield frame
 
 
-def image_layout(spec: InputSpec, *, field: str) -> tuple[str, int, int, int]:
-    """(``"NCHW"`` or ``"NHWC"``, channels, height, width) of an image input, or an ``InputError``."""
-    shape = tuple(spec.shape)
-    if len(shape) == 4 and shape[0] == 1 and shape[1] in (1, 3):
-        return "NCHW", shape[1], shape[2], shape[3]
-    if len(shape) == 4 and shape[0] == 1 and shape[3] in (1, 3):
-        return "NHWC", shape[3], shape[1], shape[2]
-    raise InputError(f"images need an input of shape [1, C, H, W] or [1, H, W, C] with C 1 or 3, "
-                     f"the app's is {list(shape)}", field=field)
-
-
 def image_frames(files: list[Path], spec: InputSpec, *, field: str) -> Iterator[np.ndarray]:
-    """One frame per image file, resized and normalised for ``spec`` (module docstring)."""
+    """One frame per image file, pre-processed for ``spec`` (module docstring); every file is checked first."""
+    preprocessor = Preprocessor(spec, field=field)
+    pictures = image_pictures(files, preprocessor.channels, field=field)
+    return (preprocessor(picture, "RGB")[0] for _, picture in pictures)
+
+
+def image_pictures(files: list[Path], channels: int, *, field: str) -> Iterator[tuple[Path, np.ndarray]]:
+    """Each image file and its pixels, ``H x W x 3`` RGB (``channels`` 3) or ``H x W`` gray (1), uint8, as
+    Pillow decodes them; every file is checked (header, size, integrity) before this returns."""
     try:
         from PIL import Image
     except ImportError:
         raise InputError("reading images needs Pillow (pip install \"sbrs[images]\"), which is not "
                          "installed", field=field) from None
-    layout, channels, height, width = image_layout(spec, field=field)
-    dtype = np.dtype(spec.dtype)
-    for path in files:  # every file is checked (header, size, integrity) before the first frame
+    for path in files:
         try:
             with Image.open(path) as image:
                 if image.width * image.height > MAX_IMAGE_PIXELS:
@@ -127,21 +121,14 @@ def image_frames(files: list[Path], spec: InputSpec, *, field: str) -> Iterator[
             raise InputError(f"{path}: not a readable image ({' '.join(str(exc).split())})",
                              field=field) from None
 
-    def frames() -> Iterator[np.ndarray]:
+    def pictures() -> Iterator[tuple[Path, np.ndarray]]:
         for path in files:
             try:
                 with Image.open(path) as image:
-                    pixels = image.convert("RGB" if channels == 3 else "L").resize((width, height),
-                                                                                    Image.Resampling.BILINEAR)
-                    array = np.asarray(pixels, dtype=np.float32).reshape(height, width, channels)
+                    pixels = np.asarray(image.convert("RGB" if channels == 3 else "L"), dtype=np.uint8)
             except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
                 raise InputError(f"{path}: not a readable image ({' '.join(str(exc).split())})",
                                  field=field) from None
-            if np.issubdtype(dtype, np.floating):
-                array = array / 255.0
-                if channels == 3:
-                    array = (array - np.array(IMAGENET_MEAN, np.float32)) / np.array(IMAGENET_STD, np.float32)
-            frame = array.transpose(2, 0, 1) if layout == "NCHW" else array
-            yield np.ascontiguousarray(frame[None].astype(dtype))
+            yield path, pixels
 
-    return frames()
+    return pictures()

@@ -119,10 +119,22 @@ MAX_INPUT_ELEMENTS = 1 << 26
 """Elements of one input frame at most (a 4K RGB frame has 25 M): checked before anything is allocated."""
 
 
+class PreprocessEntry(Strict):
+    """``input.preprocess``: how a picture becomes the input (``sbrs.app.preprocess``); every key optional."""
+
+    resize: Literal["stretch", "letterbox", "center-crop"] = "stretch"
+    pad_value: Annotated[StrictInt, Field(ge=0, le=255)] = 114
+    colors: Literal["RGB", "BGR"] = "RGB"
+    scale: Annotated[Number, Field(gt=0)] | None = None
+    mean: Annotated[list[Number], Field(min_length=1, max_length=3)] | None = None
+    std: Annotated[list[Annotated[Number, Field(gt=0)]], Field(min_length=1, max_length=3)] | None = None
+
+
 class InputSpecEntry(Strict):
     name: Annotated[StrictStr, Field(min_length=1)] = "input"
     shape: Annotated[list[Annotated[StrictInt, Field(gt=0)]], Field(min_length=1, max_length=8)]
     dtype: Literal[DTYPES] = "float32"  # type: ignore[valid-type]
+    preprocess: PreprocessEntry | None = None
 
     @field_validator("shape")
     @classmethod
@@ -160,17 +172,34 @@ class BatteryThresholdEntry(Strict):
         return self
 
 
+class TemperatureThresholdEntry(Strict):
+    """``policy.temperature[i]``: above this temperature (°C), force ``scenario`` or rank by ``requirements``."""
+
+    above: Annotated[Number, Field(ge=-273.15, le=1000)]
+    scenario: Name | None = None
+    requirements: Requirements | None = None
+
+    @model_validator(mode="after")
+    def _one_action(self) -> TemperatureThresholdEntry:
+        if (self.scenario is None) == (self.requirements is None):
+            raise ValueError("give exactly one of 'scenario' (forced) or 'requirements' (weights to rank by)")
+        return self
+
+
 class HysteresisEntry(Strict):
-    """``policy.hysteresis``: absolute battery margin, relative fps margin (see ``sbrs.control.policy``)."""
+    """``policy.hysteresis``: absolute battery margin, relative fps margin, temperature margin in °C (see
+    ``sbrs.control.policy``)."""
 
     battery: Annotated[Number, Field(ge=0, le=1)] = 0.05
     fps: Annotated[Number, Field(ge=0, lt=1)] = 0.1
+    temperature: Annotated[Number, Field(ge=0, le=100)] = 5.0
 
 
 class PolicyEntry(Strict):
     """``policy:``: how environment values choose a scenario (``sbrs.control.policy``); every key optional."""
 
     battery: list[BatteryThresholdEntry] = []
+    temperature: list[TemperatureThresholdEntry] = []
     hysteresis: HysteresisEntry = HysteresisEntry()
     high_power: list[Name] = []
     default_requirements: Requirements | None = None
@@ -184,6 +213,19 @@ class MetricsEntry(Strict):
     allow_remote: StrictBool = False
 
 
+Seconds = Annotated[Number, Field(ge=0.01, le=86400)]
+
+
+class EnvironmentEntry(Strict):
+    """``environment:``: sensor sources (``sbrs.app.environment``, the grammar of ``sbrs run --env-source``), how
+    often polled sources are read, how long a value lives without a new reading, and ``min_fps``."""
+
+    sources: list[Annotated[StrictStr, Field(min_length=1, max_length=512)]] = []
+    poll_s: Seconds = 1.0
+    max_age_s: Seconds | None = 10.0
+    min_fps: Annotated[Number, Field(ge=0)] | Literal["source"] | None = None
+
+
 class AppEntry(Strict):
     name: Name
     input: InputSpecEntry
@@ -193,8 +235,11 @@ class AppEntry(Strict):
     runtime: RuntimeEntry = RuntimeEntry()
     memory_limit_mb: Annotated[Number, Field(gt=0)] | None = None
     policy: PolicyEntry = PolicyEntry()
+    environment: EnvironmentEntry = EnvironmentEntry()
     metrics: MetricsEntry = MetricsEntry()
     postprocess: Any = None  # every scenario's unless it names its own; checked by sbrs.app.postprocess
+    #: where ``sbrs run`` takes its frames when ``--source`` is not given (``sbrs.run.sources``)
+    source: Annotated[StrictStr, Field(min_length=1, max_length=4096)] | None = None
 
     @field_validator("adaptive")
     @classmethod

@@ -287,7 +287,10 @@ def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
         RequirementSet,
         RuntimeOptions,
         ScenarioConfig,
+        TemperatureRule,
     )
+    from sbrs.app.environment import EnvironmentConfig
+    from sbrs.app.preprocess import preprocess_from_dict
     from sbrs.outputs.spec import spec_from_dict
 
     def requirements(value: Mapping[str, float] | None) -> RequirementSet | None:
@@ -296,7 +299,8 @@ def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
     policy = data["policy"]
     return AppConfig(
         name=data["name"], path=data["path"],
-        input=InputSpec(data["input"]["name"], tuple(data["input"]["shape"]), data["input"]["dtype"]),
+        input=InputSpec(data["input"]["name"], tuple(data["input"]["shape"]), data["input"]["dtype"],
+                        preprocess_from_dict(data["input"].get("preprocess"))),
         adaptive=tuple(data["adaptive"]), initial=data["initial"],
         scenarios=tuple(ScenarioConfig(s["name"], s["defined_in"], s["model_kind"], s["model_path"],
                                        RequirementSet(**s["requirements"]),
@@ -311,8 +315,13 @@ def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
             battery=tuple(BatteryRule(r["below"], r["scenario"], requirements(r["requirements"]))
                           for r in policy["battery"]),
             battery_hysteresis=policy["battery_hysteresis"], fps_hysteresis=policy["fps_hysteresis"],
-            high_power=tuple(policy["high_power"]), default_requirements=requirements(policy["default_requirements"])),
+            high_power=tuple(policy["high_power"]), default_requirements=requirements(policy["default_requirements"]),
+            temperature=tuple(TemperatureRule(r["above"], r["scenario"], requirements(r["requirements"]))
+                              for r in policy.get("temperature", ())),
+            temperature_hysteresis=policy.get("temperature_hysteresis", 5.0)),
         metrics=MetricsConfig(**data["metrics"]),
+        environment=EnvironmentConfig.from_dict(data.get("environment")),
+        source=data.get("source"),
     )
 
 

@@ -217,7 +217,7 @@ SWITCH_METHODS: tuple[str, ...] = (*DEFAULT_SWITCH_METHODS, "sbrs-cancel", "ort-
 MAX_SAMPLE_S = 5.0
 
 
-class _Requester:
+class Requester:
     """One long-lived thread that makes each sample's switch request: armed with a delay and a request
     (``arm``), it waits that long, notes the time and asks (``ask()``), so the request arrives at a random
     point of a frame from another thread, as a socket or policy request would. ``join`` waits for the request
@@ -269,8 +269,8 @@ class _Requester:
         self._thread.join()
 
 
-def _sbrs_delay(runtime: Any, old: str, new: str, frame: np.ndarray, delay_s: float, mode: str,
-                request: _Requester, check: Callable[[Any], None] | None = None) -> tuple[float, float]:
+def sbrs_delay(runtime: Any, old: str, new: str, frame: np.ndarray, delay_s: float, mode: str,
+                request: Requester, check: Callable[[Any], None] | None = None) -> tuple[float, float]:
     """One caller-side Δ of sbrs: frames stream on ``old``, the request comes ``delay_s`` after the stream
     starts; Δ = request → the caller holds the first result of ``new``. Also the runtime's own record of it.
     ``check`` gets that first result once Δ is taken (the resumed frame's outputs and record)."""
@@ -298,10 +298,11 @@ def _sbrs_delay(runtime: Any, old: str, new: str, frame: np.ndarray, delay_s: fl
     raise SbrsRuntimeError(f"bench: the switch {old}->{new} did not happen within {MAX_SAMPLE_S} s")
 
 
-def _ort_delay(sessions: dict[str, Any], old: str, new: str, feed_name: str, frame: np.ndarray, delay_s: float,
-               load: Callable[[str], Any] | None, request: _Requester, cancel: Any = None) -> float:
+def ort_delay(sessions: dict[str, Any], old: str, new: str, feed_name: str, frame: np.ndarray, delay_s: float,
+               load: Callable[[str], Any] | None, request: Requester, cancel: Any = None) -> float:
     """One caller-side Δ of plain ONNX Runtime, the same request thread: the loop switches session at the frame
-    boundary; with ``load``, the new session is created then (and the old one dropped), else all are loaded.
+    boundary; with ``load``, the new session is created then (and the old one dropped; ``sessions`` is not read),
+    else all are loaded.
     With ``cancel`` (an ``ort.RunOptions`` every run gets), the request also sets its ``terminate``: the call
     in flight stops, and the loop runs that frame again on the new session."""
     active = {old: sessions[old]} if load is None else {old: load(old)}
@@ -327,7 +328,7 @@ def _ort_delay(sessions: dict[str, Any], old: str, new: str, feed_name: str, fra
                 if load is not None:
                     active = {current: load(current)}
             try:
-                active.get(current, sessions[current]).run(None, {feed_name: arrays}, cancel)
+                (active[current] if current in active else sessions[current]).run(None, {feed_name: arrays}, cancel)
                 break
             except Exception as error:  # onnxruntime's ``Fail``: stopped by ``terminate`` (set only with ``cancel``)
                 if cancel is None or "terminate flag" not in str(error):
@@ -427,20 +428,20 @@ def measure_switching(app_path: str, *, repeats: int = 10, granularity: str | No
                     break
 
         run_method: dict[str, Callable[[str, str, float], tuple[float, float | None]]] = {
-            "sbrs-tp": lambda o, n, d: _sbrs_delay(runtime, o, n, frame, d, "sbrs-tp", requester),
-            "sbrs-naive": lambda o, n, d: _sbrs_delay(runtime, o, n, frame, d, "naive", requester),
-            "ort-all": lambda o, n, d: (_ort_delay(sessions, o, n, feed_name, frame, d, None, requester), None),
-            "ort-load": lambda o, n, d: (_ort_delay(sessions, o, n, feed_name, frame, d, load, requester), None),
-            "sbrs-cancel": lambda o, n, d: _sbrs_delay(cancelling, o, n, frame, d, "sbrs-tp", requester),
-            "ort-cancel": lambda o, n, d: (_ort_delay(sessions, o, n, feed_name, frame, d, None, requester,
+            "sbrs-tp": lambda o, n, d: sbrs_delay(runtime, o, n, frame, d, "sbrs-tp", requester),
+            "sbrs-naive": lambda o, n, d: sbrs_delay(runtime, o, n, frame, d, "naive", requester),
+            "ort-all": lambda o, n, d: (ort_delay(sessions, o, n, feed_name, frame, d, None, requester), None),
+            "ort-load": lambda o, n, d: (ort_delay(sessions, o, n, feed_name, frame, d, load, requester), None),
+            "sbrs-cancel": lambda o, n, d: sbrs_delay(cancelling, o, n, frame, d, "sbrs-tp", requester),
+            "ort-cancel": lambda o, n, d: (ort_delay(sessions, o, n, feed_name, frame, d, None, requester,
                                                       terminate), None),
-            "resume": lambda o, n, d: _sbrs_delay(resuming, o, n, frame, d, "sbrs-tp", requester, check_resumed),
+            "resume": lambda o, n, d: sbrs_delay(resuming, o, n, frame, d, "sbrs-tp", requester, check_resumed),
         }
         # Everything loaded so far stays: out of the cyclic collector's sight, its full collections (several ms
         # with the models' objects around) no longer land in a sample; both sides share this process.
         gc.collect()
         gc.freeze()
-        requester = _Requester()
+        requester = Requester()
         try:
             pairs: dict[str, Any] = {}
             every: dict[str, list[float]] = {m: [] for m in methods}

@@ -281,9 +281,13 @@ def _layout(models: Mapping[str, CnnModel], moc: Moc, granularity: str, private:
         for key in steps.keys:
             users[key] = (*users.get(key, ()), scenario)
 
+    follows: dict[tuple[StepKey, StepKey], bool] = {}  # asked once per user of a step: kept, not recomputed
+
     def next_in_every_user(first: StepKey, second: StepKey) -> bool:
-        return users[first] == users[second] and all(
-            scenario_steps[s].position[second] == scenario_steps[s].position[first] + 1 for s in users[first])
+        if (first, second) not in follows:
+            follows[first, second] = users[first] == users[second] and all(
+                scenario_steps[s].position[second] == scenario_steps[s].position[first] + 1 for s in users[first])
+        return follows[first, second]
 
     def same_wiring(run: Sequence[StepKey], added: StepKey) -> bool:
         """Each operand of ``added`` reads, in every user, the same tensor of ``run``, or a tensor from outside."""

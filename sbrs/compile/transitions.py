@@ -124,24 +124,40 @@ def hazard_waits(old: Sequence[StepAccess], new: Sequence[StepAccess]) -> tuple[
     """``wait_i`` = the last old step (1-based) whose accesses conflict with new step i's (``accesses_conflict``:
     a byte both touch, one of them writing), 0 when none. The one hazard analysis of units and parts alike,
     vectorised over the old steps' ranges: plans by parts have hundreds of calls per frame."""
-    rows = [(j, r[1], r[2], write) for j, step in enumerate(old, 1)
-            for write, ranges in ((False, step.reads), (True, step.writes)) for r in ranges]
-    if not rows:
-        return (0,) * len(new)
-    table = np.array(rows, dtype=np.int64)
-    steps, starts, ends, writes = table[:, 0], table[:, 1], table[:, 2], table[:, 3].astype(bool)
-    result = []
-    for target in new:
-        wait = 0
-        for write, ranges in ((False, target.reads), (True, target.writes)):
-            for _, start, end in ranges:
-                mask = (starts < end) & (start < ends)
-                if not write:
-                    mask &= writes
-                if mask.any():
-                    wait = max(wait, int(steps[mask].max()))
-        result.append(wait)
-    return tuple(result)
+    return _OldFrame(old).waits(new)
+
+
+class _OldFrame:
+    """An old frame's byte ranges as arrays, made once for every new scenario it is paired with."""
+
+    def __init__(self, old: Sequence[StepAccess]) -> None:
+        rows = [(j, r[1], r[2], write) for j, step in enumerate(old, 1)
+                for write, ranges in ((False, step.reads), (True, step.writes)) for r in ranges]
+        table = np.array(rows or [(0, 0, 0, 0)], dtype=np.int64)
+        self.empty = not rows
+        self.steps, self.starts, self.ends = table[:, 0], table[:, 1], table[:, 2]
+        self.writes = table[:, 3].astype(bool)
+        self.low, self.high = int(self.starts.min()), int(self.ends.max())  # the bytes the old frame touches
+
+    def waits(self, new: Sequence[StepAccess]) -> tuple[int, ...]:
+        """``hazard_waits(old, new)``."""
+        if self.empty:
+            return (0,) * len(new)
+        steps, starts, ends, writes = self.steps, self.starts, self.ends, self.writes
+        result = []
+        for target in new:
+            wait = 0
+            for write, ranges in ((False, target.reads), (True, target.writes)):
+                for _, start, end in ranges:
+                    if end <= self.low or self.high <= start:
+                        continue  # outside every byte the old frame touches (shadow slots, mostly)
+                    mask = (starts < end) & (start < ends)
+                    if not write:
+                        mask &= writes
+                    if mask.any():
+                        wait = max(wait, int(steps[mask].max()))
+            result.append(wait)
+        return tuple(result)
 
 
 def algorithm6(old: Sequence[StepAccess], new: Sequence[StepAccess], *, bytes_hazards: bool = True) -> tuple[int, ...]:
@@ -203,6 +219,22 @@ class PairTable:
                    tuple(map(int, data["wait"])), tuple(map(int, data["thesis_x"])))
 
 
+def pair_table(old_name: str, new_name: str, old: Sequence[StepAccess], new: Sequence[StepAccess],
+               frame: _OldFrame | None = None) -> PairTable:
+    """The ``PairTable`` of ``old_name`` → ``new_name`` from both frames' step accesses.
+
+    Algorithm 6 in linear time: lines 4-10 give x_i = max(x_{i-1} + 1, the last old step that clashes with new
+    step i) with x_1 = that step, which is ``_paced`` of the hazard waits (``x``) or of the last old step calling
+    new step i's unit (``thesis_x``); ``algorithm6`` is the line-by-line form these equal (a property test).
+    ``frame``: ``old``'s ranges when the caller pairs it with several new frames."""
+    waits = (frame or _OldFrame(old)).waits(new)
+    last_call: dict[str, int] = {}
+    for j, step in enumerate(old, 1):
+        last_call[step.unit] = j
+    return PairTable(old_name, new_name, len(old), _paced(waits), waits,
+                     _paced([last_call.get(step.unit, 0) for step in new]))
+
+
 @dataclass(frozen=True)
 class TransitionPlan:
     """X^{o→n} for every ordered pair of a ``UnitPlan`` (thesis: stored in the control node), JSON-able.
@@ -251,12 +283,10 @@ def build_transition_plan(plan: UnitPlan, *, arena: str = "shared",
     new_accesses = accesses if shadow is None else {s: step_accesses(plan, s, shadow) for s in plan.scenarios}
     pairs: dict[str, PairTable] = {}
     for old in plan.scenarios:
+        frame = _OldFrame(accesses[old])
         for new in plan.scenarios:
-            if old == new:
-                continue
-            a, b = accesses[old], new_accesses[new]
-            pairs[f"{old}->{new}"] = PairTable(old, new, len(a), algorithm6(a, b), hazard_waits(a, b),
-                                               algorithm6(a, b, bytes_hazards=False))
+            if old != new:
+                pairs[f"{old}->{new}"] = pair_table(old, new, accesses[old], new_accesses[new], frame)
     return TransitionPlan(plan.app, plan.granularity, arena, plan.arena_bytes, pairs,
                           None if shadow is None else dict(shadow))
 
@@ -283,6 +313,7 @@ def parts_transitions(scenarios: Mapping[str, ScenarioParts], arena_bytes: int, 
     accesses = {s: parts_accesses(p) for s, p in scenarios.items()}
     pairs: dict[str, PairTable] = {}
     for old, a in accesses.items():
+        frame = _OldFrame(a)
         last_use: dict[str, int] = {}
         for j, (step, call) in enumerate(zip(a, scenarios[old].calls, strict=True), 1):
             if not call.feed:
@@ -290,7 +321,7 @@ def parts_transitions(scenarios: Mapping[str, ScenarioParts], arena_bytes: int, 
         for new, b in accesses.items():
             if old == new:
                 continue
-            waits = hazard_waits(a, b)
+            waits = frame.waits(b)
             layers = [0 if call.feed else last_use.get(step.unit, 0)
                       for step, call in zip(b, scenarios[new].calls, strict=True)]
             pairs[f"{old}->{new}"] = PairTable(old, new, len(a), _paced(waits), waits, _paced(layers))
@@ -416,12 +447,13 @@ def plan_shadow(plan: UnitPlan) -> tuple[UnitPlan, dict[str, int]]:
             if live.timeline in plan.sequences:
                 shadow_lives.setdefault(block.id, []).append(Live(f"{live.timeline}~", live.first, live.last))
     for old in plan.scenarios:
+        touched = _tensor_times(accesses[old][1:], lambda k: k + 1)  # the same for every new scenario
         for new in plan.scenarios:
             if old == new:
                 continue
             old_timeline = f"{old}->{new}:old"
             concurrent.add(frozenset({old_timeline, f"{new}~"}))
-            for tensor, (first, last) in _tensor_times(accesses[old][1:], lambda k: k + 1).items():
+            for tensor, (first, last) in touched.items():
                 extra.setdefault(tensor, []).append(Live(old_timeline, first, last))
             # The old outputs until their copy-out, which follows the last old step: a request seen after that
             # step lets the new frame run before it (``sbrs.runtime.switching.new_first``), also when the old frame

@@ -15,6 +15,10 @@ Explicit switches bypass the policy: ``request_switch`` switches at once and the
 ``explicit`` mode. The policy is not consulted again until the next environment update (or ``reevaluate``),
 which is evaluated afresh from the full last known environment and may switch away from the explicitly
 chosen scenario; the controller is then back in ``policy`` mode.
+
+Sensors (``sbrs.control.sensors``) take the same path as an ``env`` request: ``update_environment(changes,
+source="sensor:KIND")``, so the source of the switches they cause says which sensor it was. ``attach_status``
+adds a section of someone else's (the sensors' state) to ``status()``.
 """
 
 from __future__ import annotations
@@ -49,8 +53,9 @@ class Controller(Protocol):
         """Switch to ``scenario`` now (``source`` names the requester, e.g. ``socket``). Raises ``RequestError``."""
         ...
 
-    def update_environment(self, changes: Mapping[str, Any]) -> dict[str, Any]:
-        """Apply validated environment ``changes`` (None clears a value) and act on them. Raises ``RequestError``."""
+    def update_environment(self, changes: Mapping[str, Any], source: str = "environment") -> dict[str, Any]:
+        """Apply validated environment ``changes`` (None clears a value) and act on them; ``source`` names who
+        reported them (a switch they cause carries it). Raises ``RequestError``."""
         ...
 
     def status(self) -> dict[str, Any]:
@@ -77,6 +82,7 @@ class PolicyController:
         self._mode = "initial"
         self._last_source: str | None = None
         self._switches = 0
+        self._status_sections: dict[str, Callable[[], Any]] = {}
 
     @property
     def scenarios(self) -> tuple[str, ...]:
@@ -110,8 +116,10 @@ class PolicyController:
             self._mode = "explicit"
             return {"scenario": scenario, "previous": previous, "switched": scenario != previous}
 
-    def update_environment(self, changes: Mapping[str, Any]) -> dict[str, Any]:
-        """Merge ``changes`` into the environment, run the policy, switch if it chooses another scenario.
+    def update_environment(self, changes: Mapping[str, Any], source: str = "environment") -> dict[str, Any]:
+        """Merge ``changes`` into the environment, run the policy, switch if it chooses another scenario (the
+        switch's ``source``: who reported the changes, ``environment`` for a request, ``sensor:KIND`` for a
+        sensor).
 
         The new environment is kept even when the switch itself fails (the values are facts); the failure is
         a ``RequestError`` with code ``switch_failed``.
@@ -122,7 +130,7 @@ class PolicyController:
             except InputError as exc:
                 raise RequestError("bad_field", str(exc)) from None
             self._environment = environment
-            return self._evaluate("environment")
+            return self._evaluate(source)
 
     def reevaluate(self, source: str = "reevaluate") -> dict[str, Any]:
         """Run the policy on the last known environment (e.g. after new measurements) and act on it."""
@@ -153,9 +161,15 @@ class PolicyController:
                 else:
                     current[key] = number
 
+    def attach_status(self, name: str, section: Callable[[], Any]) -> None:
+        """From now on ``status()`` holds ``name: section()`` (called without the controller's lock held)."""
+        with self._lock:
+            self._status_sections[name] = section
+
     def status(self) -> dict[str, Any]:
         with self._lock:
-            return {
+            sections = dict(self._status_sections)
+            snapshot: dict[str, Any] = {
                 "scenario": self._current,
                 "scenarios": list(self.scenarios),
                 "mode": self._mode,
@@ -166,6 +180,9 @@ class PolicyController:
                 "decision": None if self._decision is None else self._decision.to_dict(),
                 "measured": {name: dict(values) for name, values in self._measured.items() if values},
             }
+        for name, section in sections.items():
+            snapshot[name] = section()
+        return snapshot
 
     def _evaluate(self, source: str) -> dict[str, Any]:
         """Run the policy and switch; the caller holds the lock."""

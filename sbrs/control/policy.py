@@ -10,6 +10,12 @@ decision, ``Policy.decide(env, current, measured)``. Rules, in order:
    that scenario is chosen, whatever else the environment says (``satisfied`` still reports whether it
    meets ``min_fps`` and the energy budget); if it names ``requirements``, those weights rank the scenarios
    in rule 3 unless the environment gives explicit ones. An unknown battery level activates nothing.
+1b. Temperature (°C, e.g. a board's hottest thermal zone). ``policy.temperature`` thresholds are active while
+   it is hot: a threshold becomes active when ``temperature > above`` and stays active until ``temperature <
+   above − hysteresis.temperature``. The highest active threshold governs, as a battery threshold does. When
+   both a battery and a temperature threshold govern, the battery's comes first: its scenario, if it names
+   one, else the temperature threshold's scenario, else the battery threshold's requirements. An unknown
+   temperature activates nothing.
 2. Constraints. With ``min_fps`` given, candidates are the scenarios whose fps ≥ ``min_fps``; the current
    scenario stays a candidate while its fps ≥ ``min_fps · (1 − hysteresis.fps)``. With ``energy_budget_j``
    given (per frame), candidates are further limited to ``energy_j ≤ energy_budget_j``. A scenario whose
@@ -35,8 +41,8 @@ modelled memory) is preferred over the author's *declared* one; ``Decision.used[
 used for every scenario and characteristic (characteristics: ``accuracy``, ``fps``, ``memory_mb``,
 ``energy_j``).
 
-State: the policy's only state is the set of active battery thresholds (the battery hysteresis); every
-other input is given to ``decide``. Explicit switch requests bypass the policy (``PolicyController`` applies
+State: the policy's only state is the set of active battery and temperature thresholds (their hysteresis);
+every other input is given to ``decide``. Explicit switch requests bypass the policy (``PolicyController`` applies
 them as they come); the next environment update is evaluated afresh and may switch away again.
 """
 
@@ -48,13 +54,14 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from sbrs.app.config import AppConfig, BatteryRule, PolicyConfig, RequirementSet
+from sbrs.app.config import AppConfig, BatteryRule, PolicyConfig, RequirementSet, TemperatureRule
 from sbrs.errors import InputError
 
 CHARACTERISTICS: tuple[str, ...] = ("accuracy", "fps", "memory_mb", "energy_j")
-ENVIRONMENT_FIELDS: tuple[str, ...] = ("battery", "min_fps", "energy_budget_j", "requirements")
+ENVIRONMENT_FIELDS: tuple[str, ...] = ("battery", "min_fps", "energy_budget_j", "requirements", "temperature")
 REQUIREMENT_FIELDS: tuple[str, ...] = ("accuracy", "throughput", "memory", "energy")
 TIE_DIGITS = 9  # scores equal to this many decimals tie
+TEMPERATURE_RANGE_C: tuple[float, float] = (-273.15, 1000.0)  # what a temperature may be, in °C
 
 MeasuredValues = Mapping[str, Mapping[str, float]]
 """Measured characteristics by scenario, e.g. ``{"fast": {"fps": 61.2, "memory_mb": 40.1}}``."""
@@ -105,6 +112,11 @@ def check_environment_value(name: str, value: Any) -> float | RequirementSet | N
         raise InputError(f"expected a finite number, got {_short(value)}", field=name)
     if name == "battery" and not 0.0 <= number <= 1.0:
         raise InputError(f"battery level must be in [0, 1], got {number:g}", field=name)
+    if name == "temperature":
+        low, high = TEMPERATURE_RANGE_C
+        if not low <= number <= high:
+            raise InputError(f"temperature in °C must be in [{low:g}, {high:g}], got {number:g}", field=name)
+        return number
     if number < 0.0:
         raise InputError(f"must be ≥ 0, got {number:g}", field=name)
     return number
@@ -117,12 +129,13 @@ def _short(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Environment:
-    """The last known environment values; None means unknown (no constraint)."""
+    """The last known environment values; None means unknown (no constraint). ``temperature`` in °C."""
 
     battery: float | None = None
     min_fps: float | None = None
     energy_budget_j: float | None = None
     requirements: RequirementSet | None = None
+    temperature: float | None = None
 
     def __post_init__(self) -> None:
         for item in fields(self):
@@ -144,7 +157,7 @@ class Environment:
 class Decision:
     """The policy's choice: ``scenario``, a one-line ``reason``, whether every constraint is met, and what it
     used (``values``: measured/declared per scenario and characteristic; ``requirements`` and where they came
-    from; ``battery_rule``; ``candidates`` and their ``scores``)."""
+    from; ``battery_rule``; ``temperature_rule``; ``candidates`` and their ``scores``)."""
 
     scenario: str
     reason: str
@@ -198,6 +211,8 @@ class Policy:
         self.scenarios: tuple[str, ...] = config.scenario_names
         self.config: PolicyConfig = config.policy
         self._rules: tuple[BatteryRule, ...] = tuple(sorted(config.policy.battery, key=lambda rule: rule.below))
+        self._hot_rules: tuple[TemperatureRule, ...] = tuple(sorted(config.policy.temperature,
+                                                                    key=lambda rule: -rule.above))
         self.default_requirements: RequirementSet = (config.policy.default_requirements
                                                      or config.scenario(config.initial).requirements)
         self._declared: dict[str, dict[str, float]] = {
@@ -205,16 +220,23 @@ class Policy:
             for s in config.scenarios}
         self._lock = threading.Lock()
         self._active: frozenset[float] = frozenset()
+        self._hot: frozenset[float] = frozenset()
 
     @property
     def active_thresholds(self) -> tuple[float, ...]:
         """The battery thresholds active now, lowest first."""
         return tuple(sorted(self._active))
 
+    @property
+    def active_temperature_thresholds(self) -> tuple[float, ...]:
+        """The temperature thresholds active now, highest first."""
+        return tuple(sorted(self._hot, reverse=True))
+
     def reset(self) -> None:
-        """Forget the battery hysteresis state."""
+        """Forget the hysteresis state (battery and temperature thresholds)."""
         with self._lock:
             self._active = frozenset()
+            self._hot = frozenset()
 
     def values(self, measured: MeasuredValues | None = None) -> tuple[Values, dict[str, dict[str, str]]]:
         """Each scenario's characteristics, measured over declared, and where each value came from."""
@@ -241,21 +263,41 @@ class Policy:
         self._active = frozenset(active)
         return next((rule for rule in self._rules if rule.below in active), None)
 
+    def _temperature_rule(self, temperature: float | None) -> TemperatureRule | None:
+        """Update the active temperature thresholds; the governing (highest active) rule."""
+        margin = self.config.temperature_hysteresis
+        active = set()
+        if temperature is not None:
+            for rule in self._hot_rules:
+                if temperature > rule.above or (rule.above in self._hot and temperature >= rule.above - margin):
+                    active.add(rule.above)
+        self._hot = frozenset(active)
+        return next((rule for rule in self._hot_rules if rule.above in active), None)
+
     def decide(self, env: Environment, current: str, measured: MeasuredValues | None = None) -> Decision:
         """The scenario for ``env`` when ``current`` runs now (module docstring for the rules)."""
         with self._lock:
             rule = self._battery_rule(env.battery)
+            hot = self._temperature_rule(env.temperature)
         values, sources = self.values(measured)
-        used: dict[str, Any] = {"battery_rule": None if rule is None else rule.below, "values": sources}
+        used: dict[str, Any] = {"battery_rule": None if rule is None else rule.below,
+                                "temperature_rule": None if hot is None else hot.above, "values": sources}
+        forced = None
         if rule is not None and rule.scenario is not None:
-            failing = self._failing(rule.scenario, env, current, values)
-            reason = f"battery {env.battery:g} is below {rule.below:g}: forces {rule.scenario}"
-            return Decision(rule.scenario, reason + (f" ({failing})" if failing else ""), not failing, used)
+            forced = rule.scenario, f"battery {env.battery:g} is below {rule.below:g}: forces {rule.scenario}"
+        elif hot is not None and hot.scenario is not None:
+            forced = hot.scenario, f"temperature {env.temperature:g} °C is above {hot.above:g}: forces {hot.scenario}"
+        if forced is not None:
+            scenario, reason = forced
+            failing = self._failing(scenario, env, current, values)
+            return Decision(scenario, reason + (f" ({failing})" if failing else ""), not failing, used)
 
         if env.requirements is not None:
             weights, origin = env.requirements, "explicit"
         elif rule is not None and rule.requirements is not None:
             weights, origin = rule.requirements, f"battery below {rule.below:g}"
+        elif hot is not None and hot.requirements is not None:
+            weights, origin = hot.requirements, f"temperature above {hot.above:g} °C"
         else:
             weights, origin = self.default_requirements, "default"
         used["requirements"] = asdict(weights)

@@ -155,6 +155,12 @@ def build_plan(app: App, adaptive: tuple[str, ...] | None = None) -> AppPlan:
     )
 
 
+def plan_memory(app: App, adaptive: tuple[str, ...]) -> MemoryReport:
+    """The memory figures of ``build_plan(app, adaptive)`` (``AppPlan.memory``) without what else a plan holds
+    (a plan per scenario, the fingerprint of every model file): ``sbrs build``'s table row of another A."""
+    return plan_scenarios(derive_moc(app.models, adaptive), app.models)[3]
+
+
 def naive_total_bytes(app: App) -> int:
     """Thesis M_naive of Table 5.5: every scenario alone, parameters and edge buffers, nothing shared."""
     return sum(memory_figures(model).total_bytes for model in app.models.values())

@@ -391,16 +391,16 @@ def _local_cliques(problem: Problem, local: Mapping[int, int]) -> list[int]:
 
 
 def plan_arena(problem: Problem, *, exact_limit: int = 14, node_budget: int = 20_000,
-               orderings: Sequence[str] | None = None) -> ArenaPlan:
+               orderings: Sequence[str] | None = None, bound: int | None = None) -> ArenaPlan:
     """The smallest arena found by the passes above (greedy orderings x fits, Algorithm 8 layout, exact).
 
     Candidates are compared by arena size; ties keep the earlier candidate (the baseline comes first). The
     exact search runs when some candidate misses the lower bound and the problem has at most
     ``exact_limit`` blocks that conflict with something. The result is never larger than
-    ``buffers_reuse(problem, aligned=True).total``.
+    ``buffers_reuse(problem, aligned=True).total``. ``bound``: ``lower_bound(problem)`` when the caller has it.
     """
     arrays = _arrays(problem)
-    bound = lower_bound(problem)
+    bound = lower_bound(problem) if bound is None else bound
     candidates: list[ArenaPlan] = []
     for ordering in orderings or tuple(ORDERINGS):
         order = _order(arrays, ordering)

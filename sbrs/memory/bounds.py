@@ -112,22 +112,29 @@ def lower_bound(problem: Problem, *, aligned: bool = True) -> int:
     points = timeline_points(problem)
     best = max(_weight(m, sizes) for tp in points for m in tp.masks)
     by_name = {tp.timeline: tp for tp in points}
+    on_timeline: dict[str, set[int]] = {}  # timeline → the blocks live on it: a set visits only its own blocks
+    for i, block in enumerate(problem.blocks):
+        for live in block.lives:
+            on_timeline.setdefault(live.timeline, set()).add(i)
     for group in sorted(problem.concurrent, key=sorted):
-        best = max(best, _group_bound(problem, group, by_name, sizes))
+        best = max(best, _group_bound(group, on_timeline, by_name, sizes))
     return best
 
 
-def _group_bound(problem: Problem, group: frozenset[str], points: dict[str, TimelinePoints],
+def _group_bound(group: frozenset[str], on_timeline: dict[str, set[int]], points: dict[str, TimelinePoints],
                  sizes: Sequence[int]) -> int:
     """Shared blocks of the concurrent set ``G`` plus each timeline's private peak (see :func:`lower_bound`)."""
+    homes: dict[int, list[str]] = {}
+    for t in sorted(group):
+        for i in on_timeline.get(t, ()):
+            homes.setdefault(i, []).append(t)
     shared = 0
     private: dict[str, int] = {t: 0 for t in group}
-    for i, block in enumerate(problem.blocks):
-        homes = {lv.timeline for lv in block.lives if lv.timeline in group}
-        if len(homes) >= 2:
+    for i, timelines in homes.items():
+        if len(timelines) >= 2:
             shared += sizes[i]
-        elif homes:
-            private[homes.pop()] |= 1 << i
+        else:
+            private[timelines[0]] |= 1 << i
     total = shared
     for t in sorted(group):
         if t in points and private[t]:

@@ -42,5 +42,6 @@ def place(problem: Problem, *, what: str) -> ArenaPlan:
     """Offsets for every block of ``problem`` in one arena (``plan_arena``), verified (``verify``), with the
     lower bound no plan can beat (``ArenaPlan.lower_bound_bytes``). ``what`` names the arena in errors and
     charts, e.g. ``"the boundary tensors of app 'tiny'"``."""
-    plan = verify(problem, plan_arena(problem), what=what)
-    return replace(plan, lower_bound_bytes=lower_bound(problem))
+    bound = lower_bound(problem)
+    plan = verify(problem, plan_arena(problem, bound=bound), what=what)
+    return replace(plan, lower_bound_bytes=bound)

@@ -34,8 +34,15 @@ Metrics (``MetricsObserver.METRICS`` lists the names):
   [memory_limit_bytes; NaN without ``memory_limit_mb``], ``sbrs_memory_planned_arena_bytes``
   [memory_planned_arena_bytes].
 - ``sbrs_environment_battery_ratio`` (0..1), ``sbrs_environment_min_fps``,
-  ``sbrs_environment_energy_budget_joules`` (per frame): the last environment values, NaN when unknown.
+  ``sbrs_environment_energy_budget_joules`` (per frame), ``sbrs_environment_temperature_celsius``: the last
+  environment values, NaN when unknown.
+- ``sbrs_sensor_readings_total{sensor, result}``: readings of the environment's sensors (``sensor``:
+  ``power_supply``, ``thermal``, ``mavlink``) by result: ``accepted``, ``malformed`` (ignored: garbage in a sysfs
+  file, a datagram or bytes that are no MAVLink), ``failed`` (no answer: a file gone, a link broken), ``expired``
+  (a value forgotten after ``environment.max_age_s`` without a reading).
 - ``sbrs_build_info{version, onnxruntime, providers}``: constant 1 (``providers`` comma-separated).
+- ``sbrs_source_frames_dropped_total``: frames a live source (camera, stream) replaced with newer ones before
+  the runtime took them; ``sbrs_source_reconnects_total``: reopenings of a source that had stopped.
 """
 
 from __future__ import annotations
@@ -57,6 +64,8 @@ from prometheus_client import (
 )
 
 from sbrs import __version__
+from sbrs.app.environment import SENSOR_KINDS
+from sbrs.runtime.events import SENSOR_RESULTS
 
 SWITCHING = "switching"
 """The ``sbrs_active_scenario`` state while a switch is in progress."""
@@ -100,6 +109,7 @@ ENVIRONMENT_GAUGES: dict[str, tuple[str, str]] = {
     "min_fps": ("sbrs_environment_min_fps", "Last reported minimum frame rate required, frames/s; NaN unknown"),
     "energy_budget_j": ("sbrs_environment_energy_budget_joules",
                         "Last reported energy budget per frame in joules; NaN unknown"),
+    "temperature": ("sbrs_environment_temperature_celsius", "Last reported temperature in °C; NaN unknown"),
 }
 """``environment_changed`` key → (gauge name, help)."""
 
@@ -131,7 +141,8 @@ class MetricsObserver:
         "sbrs_switch_requests_total", "sbrs_control_requests_total", "sbrs_frames_total", "sbrs_inference_seconds",
         "sbrs_frames_cancelled_total",
         "sbrs_scenario_high_power", *(name for name, _ in FACT_GAUGES.values()),
-        *(name for name, _ in ENVIRONMENT_GAUGES.values()), "sbrs_build_info")
+        *(name for name, _ in ENVIRONMENT_GAUGES.values()), "sbrs_sensor_readings_total", "sbrs_build_info",
+        "sbrs_source_frames_dropped_total", "sbrs_source_reconnects_total")
 
     def __init__(self, scenarios: Iterable[str], *, initial: str | None = None, high_power: Iterable[str] = (),
                  providers: Iterable[str] = (), registry: CollectorRegistry | None = None,
@@ -180,8 +191,15 @@ class MetricsObserver:
                       for key, (name, help_text) in FACT_GAUGES.items()}
         self.environment = {key: Gauge(name, help_text, registry=reg)
                             for key, (name, help_text) in ENVIRONMENT_GAUGES.items()}
+        self.sensor_readings = Counter("sbrs_sensor_readings", "Readings of the environment's sensors, by kind of"
+                                       " sensor and result (accepted, malformed and ignored, failed to answer,"
+                                       " expired: the last value aged out)", ["sensor", "result"], registry=reg)
         self.build_info = Info("sbrs_build", "Versions of sbrs and ONNX Runtime, and the execution providers",
                                registry=reg)
+        self.dropped = Counter("sbrs_source_frames_dropped", "Frames a live source replaced with newer ones before"
+                               " the runtime took them", registry=reg)
+        self.reconnects = Counter("sbrs_source_reconnects", "Reopenings of a frame source that had stopped giving"
+                                  " frames", registry=reg)
 
         # Every series exists from the start (with 0 or NaN), so rate() and alert rules see them at once.
         self.last_switch_delay.set(math.nan)
@@ -196,6 +214,9 @@ class MetricsObserver:
             for other in self.scenarios:
                 if other != name:
                     self.switches.labels(**{"from": name, "to": other})
+        for kind in SENSOR_KINDS:
+            for sensor_result in SENSOR_RESULTS:
+                self.sensor_readings.labels(sensor=kind, result=sensor_result)
         for result in REQUEST_RESULTS:
             for reason in (REJECT_REASONS if result == "rejected" else (NO_REASON,)):
                 self.switch_requests.labels(result=result, reason=reason)
@@ -285,6 +306,19 @@ class MetricsObserver:
             if key in values:
                 value = _number(values[key])
                 gauge.set(math.nan if value is None else value)
+
+    def sensor_reading(self, kind: str, result: str) -> None:
+        """Count a sensor's reading (kinds and results outside the fixed sets are not counted)."""
+        if kind in SENSOR_KINDS and result in SENSOR_RESULTS:
+            self.sensor_readings.labels(sensor=kind, result=result).inc()
+    def frames_dropped(self, count: int) -> None:
+        """Count frames a live source dropped (a non-positive or non-integer count is ignored)."""
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+            self.dropped.inc(count)
+
+    def source_reconnected(self, source: str) -> None:
+        """Count a reopening of the frame source."""
+        self.reconnects.inc()
 
     # -- helpers -----------------------------------------------------------------------------------------------
 

@@ -39,6 +39,10 @@ class _BoundedServer(WSGIServer):
     """Requests served by a fixed pool of ``WORKERS`` daemon threads; past ``MAX_PENDING`` connections waiting
     or in service, a new connection is closed at once."""
 
+    #: the listen backlog (socketserver's default is 5): connections arriving faster than one accept loop takes
+    #: them wait in the kernel instead of having their SYN dropped and retried a second or more later
+    request_queue_size = 128
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._slots = threading.BoundedSemaphore(MAX_PENDING)
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="sbrs-metrics-worker")

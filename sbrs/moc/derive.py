@@ -324,9 +324,12 @@ def _can_capture(group: _Group, view: _View, inputs: tuple[_Port, ...], adaptive
         return False  # a layer at another size is the same layer only with the same weights
     if "I" not in adaptive and inputs != group.founder_inputs:
         return False
-    if any(_run_in_parallel(member, view, partitions) for member in group.members.values()):
+    # both tests below go over the group's members (one per scenario): asked only where they can fail
+    if view.scenario in partitions and any(_run_in_parallel(member, view, partitions)
+                                           for member in group.members.values()):
         return False
-    return not any(frozenset((member.key, view.key)) in forbidden for member in group.members.values())
+    return not forbidden or not any(frozenset((member.key, view.key)) in forbidden
+                                    for member in group.members.values())
 
 
 def _run_in_parallel(a: _View, b: _View, partitions: Mapping[str, Mapping[str, int]]) -> bool:

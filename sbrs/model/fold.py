@@ -29,7 +29,7 @@ import numpy as np
 
 from sbrs.model.cnn import CnnModel, Layer, ParamRef, WeightStore, layer_edges, tensor_digest
 
-__all__ = ["FUSABLE_ACTIVATIONS", "fold_bands", "fold_cuts", "fold_model", "fold_tiles"]
+__all__ = ["FUSABLE_ACTIVATIONS", "FoldMemo", "fold_bands", "fold_cuts", "fold_model", "fold_tiles"]
 
 #: Activations ONNX Runtime's ``FusedConv`` applies inside the convolution (``ConvActivationFusion``).
 FUSABLE_ACTIVATIONS: frozenset[str] = frozenset({"Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid"})
@@ -80,31 +80,50 @@ def _conv_ok(layer: Layer) -> bool:
         params[layer.operands[1]].dtype == "float32")
 
 
-def _fold_weights(model: CnnModel, conv: Layer, bn: Layer, store: WeightStore) -> tuple[ParamRef, ParamRef]:
+#: A fold already computed: its inputs' digests and epsilon → the folded weight and bias with their references.
+FoldMemo = dict[tuple[object, ...], tuple[tuple[ParamRef, np.ndarray], tuple[ParamRef, np.ndarray]]]
+
+
+def _fold_weights(model: CnnModel, conv: Layer, bn: Layer, store: WeightStore,
+                  memo: FoldMemo | None = None) -> tuple[ParamRef, ParamRef]:
     params = _params_of(conv)
     bn_params = _params_of(bn)
     w_ref = params[conv.operands[1]]
+    eps = float(bn.attributes.get("epsilon", 1e-5))
+    has_bias = len(conv.operands) >= 3 and bool(conv.operands[2])
+    key = (w_ref.digest, params[conv.operands[2]].digest if has_bias else None,
+           *(bn_params[o].digest for o in bn.operands[1:]), eps)
+    if memo is not None and key in memo:  # the same weights folded for another scenario: equal by value
+        for ref, array in memo[key]:
+            store.add(array, ref.digest)
+        return memo[key][0][0], memo[key][1][0]
     w = np.asarray(model.weights[w_ref.digest])
     dtype = w.dtype
     gamma, beta, mean, var = (np.asarray(model.weights[bn_params[o].digest], dtype=np.float64)
                               for o in bn.operands[1:])
-    eps = float(bn.attributes.get("epsilon", 1e-5))
     scale = gamma / np.sqrt(var + eps)
     bias = np.zeros_like(scale)
-    if len(conv.operands) >= 3 and conv.operands[2]:
+    if has_bias:
         bias = np.asarray(model.weights[params[conv.operands[2]].digest], dtype=np.float64)
     w_new = (w.astype(np.float64) * scale.reshape((-1,) + (1,) * (w.ndim - 1))).astype(dtype)
     b_new = ((bias - mean) * scale + beta).astype(dtype)
-    refs = []
+    folded = []
     for array in (w_new, b_new):
         digest = tensor_digest(array)
         store.add(array, digest)
-        refs.append(ParamRef(f"fold.{digest}", tuple(int(d) for d in array.shape), str(array.dtype), digest))
-    return refs[0], refs[1]
+        folded.append((ParamRef(f"fold.{digest}", tuple(int(d) for d in array.shape), str(array.dtype), digest),
+                       store[digest]))
+    if memo is not None:
+        memo[key] = (folded[0], folded[1])
+    return folded[0][0], folded[1][0]
 
 
-def fold_model(model: CnnModel) -> CnnModel:
-    """``model`` with conv→BN(→activation) folded into one layer each (module docstring); idempotent."""
+def fold_model(model: CnnModel, *, memo: FoldMemo | None = None) -> CnnModel:
+    """``model`` with conv→BN(→activation) folded into one layer each (module docstring); idempotent.
+
+    ``memo`` (a dictionary the caller keeps while it folds several models) holds the folds already computed,
+    by the digests of their inputs: scenarios that share weights fold them once (a family of 60 ResNet-18
+    variants: the cost of one model's weights instead of 60)."""
     layers = list(model.layers)
     readers = _readers(layers)
     outputs = set(model.graph_outputs)
@@ -120,7 +139,7 @@ def fold_model(model: CnnModel) -> CnnModel:
         after = readers.get(out, [])
         if out not in outputs and len(after) == 1 and _foldable_bn(layer, after[0]):
             bn = after[0]
-            w_ref, b_ref = _fold_weights(model, layer, bn, store)
+            w_ref, b_ref = _fold_weights(model, layer, bn, store, memo)
             operands = (layer.operands[0], w_ref.name, b_ref.name)
             current = replace(layer, operands=operands, outputs=bn.outputs, output_shapes=bn.output_shapes,
                               params=(w_ref, b_ref))

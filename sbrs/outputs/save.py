@@ -1,7 +1,10 @@
 """``sbrs run --save-outputs DIR``: every frame's raw outputs in one ``.npz`` file, to compare or replay.
 
 ``DIR/frame-0000000042.npz`` holds each output array under its output name, ``frame`` (the frame's index in
-the stream, int64) and ``scenario`` (the scenario that computed it, a string); names sort in frame order.
+the stream, int64) and ``scenario`` (the scenario that computed it, a string); names sort in frame order. A
+detector's frame also holds its detections as ``sbrs run`` prints them, boxes in the pixels of the picture the
+frame came from: ``detection_boxes`` (``[n, 4]`` float32 ``x1, y1, x2, y2``), ``detection_scores`` and
+``detection_classes``.
 ``np.load(path)["scenario"].item()`` gives the scenario back. Files are written uncompressed, one per frame,
 as the frame's result arrives (in completion order, like the JSON lines).
 """
@@ -15,9 +18,12 @@ from pathlib import Path
 import numpy as np
 
 from sbrs.errors import InputError
+from sbrs.outputs.detections import Detections
 
 #: Keys of a frame file that are not outputs.
 METADATA_KEYS: tuple[str, ...] = ("frame", "scenario")
+#: Keys of a detector's frame file holding its detections (``Detections``).
+DETECTION_KEYS: tuple[str, ...] = ("detection_boxes", "detection_scores", "detection_classes")
 FILE_PATTERN = "frame-*.npz"
 
 
@@ -49,16 +55,20 @@ class OutputSaver:
     def _error(self, why: str) -> InputError:
         return InputError(f"{self.folder}: {why}", field="--save-outputs")
 
-    def save(self, index: int, scenario: str, outputs: Mapping[str, np.ndarray]) -> Path:
-        """Write one frame's file; returns its path."""
-        clash = [name for name in outputs if name in METADATA_KEYS]
+    def save(self, index: int, scenario: str, outputs: Mapping[str, np.ndarray],
+             detections: Detections | None = None) -> Path:
+        """Write one frame's file (with its ``detections`` where given); returns its path."""
+        reserved = METADATA_KEYS + (DETECTION_KEYS if detections is not None else ())
+        clash = [name for name in outputs if name in reserved]
         if clash:
             raise self._error(f"the model's output '{clash[0]}' has the name of a key each file uses for the "
-                              f"frame's metadata ({', '.join(METADATA_KEYS)})")
+                              f"frame's metadata ({', '.join(reserved)})")
+        extra = {} if detections is None else dict(zip(DETECTION_KEYS, (detections.boxes, detections.scores,
+                                                                         detections.classes), strict=True))
         path = self.folder / frame_file_name(index)
         try:
             with path.open("wb") as stream:
-                np.savez(stream, frame=np.int64(index), scenario=np.str_(scenario), **outputs)
+                np.savez(stream, frame=np.int64(index), scenario=np.str_(scenario), **outputs, **extra)
         except OSError as error:
             path.unlink(missing_ok=True)
             raise InputError(f"{path}: cannot write ({error.strerror})", field="--save-outputs") from None

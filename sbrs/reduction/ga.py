@@ -53,7 +53,7 @@ from deap import base, tools
 from sbrs.errors import InputError
 from sbrs.memory import ArenaPlan, Problem, place, plan_arena
 from sbrs.model.cnn import INPUT_OP, CnnModel, params_bytes
-from sbrs.model.fold import fold_bands, fold_cuts, fold_model, fold_tiles
+from sbrs.model.fold import FoldMemo, fold_bands, fold_cuts, fold_model, fold_tiles
 from sbrs.reduction.cost import AnalyticCostModel, CostModel, config_seconds, streams_gain
 from sbrs.reduction.csdf import CsdfGraph, cnn_to_csdf
 from sbrs.reduction.phases import full_bands, normalize_bands, phases_of
@@ -85,7 +85,8 @@ def _mb(nbytes: int) -> str:
 
 def _folded(models: Mapping[str, CnnModel]) -> dict[str, CnnModel]:
     """Every model with conv→BN→activation folded into one layer (``sbrs.model.fold``; idempotent)."""
-    return {s: fold_model(m) for s, m in models.items()}
+    memo: FoldMemo = {}  # weights several scenarios share are folded once
+    return {s: fold_model(m, memo=memo) for s, m in models.items()}
 
 
 def _scenarios(scenarios: Scenarios) -> dict[str, CnnModel]:

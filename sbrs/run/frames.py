@@ -1,6 +1,8 @@
-"""Frame sources for ``sbrs run --input``: synthetic seeded frames, a folder of ``.npy`` files, a folder of images.
+"""Frame sources for ``sbrs run --source``: ``open_source`` opens any of them (``sbrs.run.sources`` says which
+texts name what; video files, cameras and streams are ``sbrs.run.capture``'s). The two kinds that need no video
+library:
 
-- No ``--input``: an endless stream of seeded pseudo-random frames of the app's input shape and dtype
+- No source: an endless stream of seeded pseudo-random frames of the app's input shape and dtype
   (uniform with mean 0 and variance 1 for floats, 0..255 for integers); the same seed gives the same frames.
 - A folder: its ``.npy`` files or its images, read by the app stage's reader (``sbrs.app.frames``, which the
   calibration frames of a derived scenario share), checked up front; its errors name the field ``--input``.
@@ -10,20 +12,50 @@ A folder is read once, in order; ``--frames`` can stop earlier.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sbrs.app.config import InputSpec
-from sbrs.app.frames import folder_frames
+from sbrs.app.frames import folder_frames, frame_files
+from sbrs.app.preprocess import Preprocessor
+from sbrs.errors import InputError
+from sbrs.run.sources import FrameSource, ImageFolderSource, TensorSource, parse_source
+
+if TYPE_CHECKING:
+    from sbrs.runtime.events import RunObserver
 
 
-def open_frames(source: str | None, spec: InputSpec, seed: int = 0) -> Iterator[np.ndarray]:
-    """The frames ``sbrs run`` feeds the runtime, checked up front where they come from files."""
-    if source is None:
-        return synthetic_frames(spec, seed)
-    return folder_frames(source, spec, field="--input")
+def open_source(text: str | None, spec: InputSpec, *, seed: int = 0, realtime: bool = False,
+                reconnect: bool | None = None, keep_pictures: bool = False, stop: threading.Event | None = None,
+                observers: RunObserver | None = None, field: str = "--source") -> FrameSource:
+    """The frames of source ``text`` for the input ``spec`` (module docstring), opened and checked: a source that
+    cannot be opened is an ``InputError`` here. ``realtime``: a video file paced at its frame rate, the newest
+    frame taken, as a camera would give it. ``reconnect``: reopen a source that stops, with backoff (default:
+    for network streams). ``keep_pictures``: remember the pictures of frames in flight (``SourceFrame.picture``).
+    ``stop``: ends the frames when set (a live source waiting for its next frame too). ``observers`` get
+    ``frames_dropped`` and ``source_reconnected`` (``sbrs.runtime.events``)."""
+    source = parse_source(text, field=field)
+    if realtime and source.kind != "file":
+        raise InputError("--realtime paces a video file at its frame rate; "
+                         + (f"{source.text} is a {source.kind} source" if source.kind != "synthetic"
+                            else "give one with --source"), field="--realtime")
+    if source.kind == "synthetic":
+        return TensorSource("random frames", "synthetic", synthetic_frames(spec, seed))
+    if source.kind == "folder":
+        assert isinstance(source.target, str)
+        files = frame_files(Path(source.target))
+        if not files or files[0].suffix == ".npy":  # folder_frames says what is wrong with a folder without frames
+            return TensorSource(source.target, "folder", folder_frames(source.target, spec, field=field))
+        return ImageFolderSource(source.target, spec, keep_pictures=keep_pictures, field=field)
+    from sbrs.run.capture import CaptureSource
+
+    return CaptureSource(source, Preprocessor(spec, field="input.preprocess"), realtime=realtime,
+                         reconnect=source.network if reconnect is None else reconnect, keep_pictures=keep_pictures,
+                         stop=stop, observers=observers, field=field)
 
 
 #: Values of the synthetic frames' table (``synthetic_frames``): 256 kB of float32.

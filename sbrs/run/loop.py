@@ -20,7 +20,8 @@ of a new scenario may come before the frame that was in flight when the switch c
 where a 2-D class output ``[1, C]`` is summarised by its ``top5`` ``[[index, value], ...]`` (``topK`` with the
 scenario's ``postprocess: {kind: top-k, k: K}``) and any other output by ``mean``/``min``/``max``; both carry
 the ``shape``. The scenario's post-processor adds its value (``sbrs.outputs.postprocess``): ``detections``
-(``[{"box": [x1, y1, x2, y2], "score", "class"}, ...]``), ``raw`` or, for the user's function, ``value``; when
+(``[{"box": [x1, y1, x2, y2], "score", "class"}, ...]``, in the pixels of the picture the frame came from where
+it came from one: ``FrameRecord.value``), ``raw`` or, for the user's function, ``value``; when
 that function fails on the frame, ``error`` instead (one line, also logged; the run goes on). The first
 frame of a new scenario also carries ``"switch": {"old", "new", "response_delay_s", ...}``. With
 ``--save-outputs DIR`` each frame's raw outputs also go to ``DIR`` (``sbrs.outputs.save``).
@@ -28,6 +29,7 @@ frame of a new scenario also carries ``"switch": {"old", "new", "response_delay_
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import signal
@@ -35,13 +37,15 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from sbrs.outputs.postprocess import TOP_K, PostprocessError, PostProcessor, top_k
+from sbrs.outputs.detections import Detections
+from sbrs.outputs.postprocess import TOP_K, PostprocessError, PostProcessor, TopK, top_k
+from sbrs.run.sources import SourceFrame
 from sbrs.runtime.control_node import SwitchRecord
 from sbrs.runtime.engine import FrameResult, Runtime
 from sbrs.runtime.events import Observers, RunObserver
@@ -58,7 +62,8 @@ MEASURE_WINDOW = 32  # recent frames per scenario for the measured fps
 @dataclass(frozen=True)
 class FrameRecord:
     """What one frame did: its index, the scenario it ran on, its latency and its outputs; ``result`` (the
-    runtime's ``FrameResult``) carries the post-processed ``value`` too."""
+    runtime's ``FrameResult``) carries the post-processed ``value`` too; ``source``: where the frame came from
+    (``sbrs.run.sources.SourceFrame``; None for random and ``.npy`` frames)."""
 
     index: int
     scenario: str
@@ -66,6 +71,19 @@ class FrameRecord:
     outputs: dict[str, np.ndarray]
     switch: SwitchRecord | None = None
     result: FrameResult | None = None
+    source: SourceFrame | None = None
+
+    @property
+    def value(self) -> Any:
+        """The post-processed outputs (``FrameResult.value``; None without a result), detections in the pixels of
+        the picture the frame came from (``source.geometry``: the letterbox or the stretch undone)."""
+        if self.result is None:
+            return None
+        value = self.result.value
+        geometry = None if self.source is None else self.source.geometry
+        if geometry is not None and isinstance(value, Detections):
+            return Detections(geometry.boxes_to_source(value.boxes), value.scores, value.classes)
+        return value
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON line: the ``outputs`` summary, the post-processed value under its post-processor's key
@@ -76,7 +94,7 @@ class FrameRecord:
                                 "outputs": {name: summarize_output(value, top) for name, value in self.outputs.items()}}
         if processor is not None and processor.json_key is not None and self.result is not None:
             try:
-                data[processor.json_key] = processor.to_json(self.result.value)
+                data[processor.json_key] = processor.to_json(self.value)
             except PostprocessError as error:
                 data["error"] = str(error)
         if self.switch is not None:
@@ -128,6 +146,8 @@ class RunSummary:
     switch_count: int = 0
     switch_delay_total_s: float = 0.0
     postprocess_errors: int = 0  # frames whose post-processing failed (their lines carry ``error``)
+    sensors: list[dict[str, Any]] = field(default_factory=list)  # the environment's sensors and their counts
+    source: dict[str, Any] = field(default_factory=dict)  # ``FrameSource.stats()``: frame rate, dropped, ...
     recent_switches: deque[SwitchRecord] = field(default_factory=lambda: deque(maxlen=RECENT_SWITCHES))
 
     def add_switch(self, record: SwitchRecord) -> None:
@@ -150,7 +170,8 @@ class RunSummary:
                 "postprocess_errors": self.postprocess_errors,
                 "mean_response_delay_s": round(self.switch_delay_total_s / self.switch_count, 6)
                 if self.switch_count else None,
-                "recent_switches": [record.to_dict() for record in self.recent_switches], "memory": dict(self.memory)}
+                "recent_switches": [record.to_dict() for record in self.recent_switches], "memory": dict(self.memory),
+                "sensors": list(self.sensors), **({"source": dict(self.source)} if self.source else {})}
 
     def to_text(self) -> str:
         per_scenario = ", ".join(f"{name} {count}" for name, count in self.frames.items()) or "none"
@@ -159,8 +180,24 @@ class RunSummary:
                     f"{self.switch_delay_total_s / self.switch_count * 1e3:.3f} ms" if self.switch_count else "")
         failed = (f"; post-processing failed on {self.postprocess_errors} frames" if self.postprocess_errors
                   else "")
+        sensed = ""
+        if self.sensors:
+            from sbrs.control.sensors import sensors_text
+
+            sensed = f"; sensors: {sensors_text(self.sensors)}"
         return (f"sbrs run: {self.total_frames} frames in {self.seconds:.3f} s, {self.fps:.1f} fps{stopped}; "
-                f"frames per scenario: {per_scenario}{switched}{failed}; {self.memory_text()}")
+                f"frames per scenario: {per_scenario}{switched}{failed}{self.source_text()}{sensed}; "
+                f"{self.memory_text()}")
+
+    def source_text(self) -> str:
+        """The source's part of the summary line: its frame rate, frames dropped, reconnections."""
+        source = self.source
+        if not source or source.get("kind") == "synthetic":
+            return ""
+        rate = f" at {source['fps']:g} fps" if source.get("fps") else ""
+        live = (f", {source['dropped']} frames dropped" if source.get("live") else "") + (
+            f", {source['reconnects']} reconnections" if source.get("reconnects") else "")
+        return f"; source {source['source']} ({source['kind']}{rate}{live})"
 
     def memory_text(self) -> str:
         """The memory figures of the summary line (``Runtime.memory_report``)."""
@@ -183,9 +220,11 @@ class RunSummary:
 
 def run_frames(runtime: Runtime, frames: Iterable[np.ndarray], *, limit: int | None = None,
                on_frame: Callable[[FrameRecord], None] | None = None,
-               stop: threading.Event | None = None, order: str = "completion") -> RunSummary:
+               stop: threading.Event | None = None, order: str = "completion",
+               frame_info: Callable[[int], SourceFrame | None] | None = None) -> RunSummary:
     """Run ``frames`` (at most ``limit``) through ``runtime.process`` until they end or ``stop`` is set;
-    ``on_frame`` gets the frames in ``order`` (``Runtime.process``)."""
+    ``on_frame`` gets the frames in ``order`` (``Runtime.process``); ``frame_info``: where the frame of an index
+    came from (``FrameSource.taken``), for its record."""
     summary = RunSummary(arena_bytes=runtime.arena_bytes, memory=runtime.memory_report())
     stop = stop or threading.Event()
 
@@ -204,7 +243,7 @@ def run_frames(runtime: Runtime, frames: Iterable[np.ndarray], *, limit: int | N
                 summary.add_switch(result.switch)
             if on_frame is not None:
                 on_frame(FrameRecord(result.index, result.scenario, result.latency_s, result.outputs, result.switch,
-                                     result))
+                                     result, None if frame_info is None else frame_info(result.index)))
     finally:
         results.close()
     summary.seconds = time.perf_counter() - started
@@ -270,17 +309,26 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
             socket_path: str | None = None,
             listen: str | None = None, no_socket: bool = False, order: str = "completion",
             observers: Iterable[RunObserver] = (), summary_path: str | None = None,
-            stop: threading.Event | None = None, save_outputs: str | None = None) -> int:
+            stop: threading.Event | None = None, save_outputs: str | None = None, realtime: bool = False,
+            reconnect: bool | None = None, save_video: str | None = None, show: bool = False,
+            env_sources: Sequence[str] | None = None, env_poll_s: float | None = None,
+            env_max_age_s: float | None = None) -> int:
     """``sbrs run``: load the app, serve the control socket, run frames (JSON lines to stdout or ``output``),
     the summary logged (INFO; and as JSON to ``summary_path``). ``observers`` (``RunObserver``) get every run
     event (metrics plug in here). ``stop``: set it to end the run after the frame in flight (``sbrs run`` sets
     it on SIGINT, SIGTERM and SIGHUP, ``sbrs.cli.stop_on_signals``; the library never touches signal handlers).
+    ``source``: where the frames come from (``sbrs.run.sources``; None: the app's ``source:``, else random
+    frames); ``realtime`` and ``reconnect`` as ``sbrs.run.frames.open_source`` takes them.
     ``save_outputs``: a folder for one ``.npz`` of raw outputs per frame (``sbrs.outputs.save``). A frame whose
-    post-processing fails gets ``error`` in its line and a logged error; the run goes on."""
+    post-processing fails gets ``error`` in its line and a logged error; the run goes on. ``env_sources``,
+    ``env_poll_s``, ``env_max_age_s``: ``--env-source`` (replacing the app file's ``environment.sources``),
+    ``--env-poll``, ``--env-max-age`` (``sbrs.control.sensors.environment_for_run``); the sensors feed the policy
+    from their own thread while frames run. ``save_video``: a video of every processed frame with its result
+    drawn on it; ``show``: the same in a window (``sbrs.run.overlay``)."""
     from sbrs.control.controller import PolicyController
     from sbrs.errors import InputError
     from sbrs.ort_env import release_free_memory
-    from sbrs.run.frames import open_frames
+    from sbrs.run.frames import open_source
     from sbrs.runtime.open import open_runtime
 
     if frames is not None and frames < 0:
@@ -293,18 +341,66 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
         from sbrs.outputs.save import OutputSaver
 
         saver = OutputSaver(save_outputs)
+    video_path, cv2 = None, None
+    if save_video is not None or show:  # no OpenCV, no GUI, or a file that cannot be written: before the models
+        from sbrs.run.capture import require_cv2
+        from sbrs.run.overlay import check_video_path, require_gui
+
+        cv2 = require_cv2("--save-video" if save_video is not None else "--show")
+        video_path = None if save_video is None else check_video_path(save_video)
+        if show:
+            require_gui(cv2)
     stop = stop or threading.Event()
     fan_out = Observers(observers)
     # from the app's verified build (sbrs.artifact.read); the models are never parsed in this process
     runtime, config, memory = open_runtime(app_path, granularity=granularity, transition=transition,
                                            on_switch=on_switch, observers=fan_out)
     try:
-        frame_source = open_frames(source, config.input, seed)
+        frame_source = open_source(source if source is not None else config.source, config.input, seed=seed,
+                                   realtime=realtime, reconnect=reconnect, keep_pictures=cv2 is not None, stop=stop,
+                                   observers=fan_out, field="--source" if source is not None else "source")
+    except InputError as error:
+        runtime.close()
+        if source is None and config.source is not None:  # the app file's source: name the file
+            raise InputError(error.detail, file=config.path, field="source") from None
+        raise
     except BaseException:
         runtime.close()
         raise
+    # the source's frame rate (None: unknown, e.g. a folder): reported, and known to the policy
+    source_fps = frame_source.fps
+    if frame_source.kind != "synthetic":
+        logger.info("sbrs run: frames from %s (%s%s)", frame_source.description, frame_source.kind,
+                    "" if source_fps is None else f", {source_fps:g} fps")
+    viewer = None
+    if cv2 is not None:
+        if not frame_source.pictures:
+            frame_source.close()
+            runtime.close()
+            raise InputError("draws on the source's pictures, and random or .npy frames have none: give a video, "
+                             "a camera, a stream or a folder of images with --source",
+                             field="--save-video" if save_video is not None else "--show")
+        from sbrs.run.overlay import FrameViewer, frame_for_view
+
+        viewer = FrameViewer(cv2, video=video_path, show=show, stop=stop,
+                             fps=source_fps if frame_source.kind == "file" and not frame_source.live else None)
     controller = PolicyController(config, runtime.switch, current=runtime.scenario, switch_source=True)
     measurements = Measurements(controller, memory)
+    sensors = None
+    environment = config.environment
+    if environment.sources or environment.min_fps is not None or any(
+            option is not None for option in (env_sources, env_poll_s, env_max_age_s)):
+        from sbrs.control.sensors import environment_for_run, source_frame_rate
+
+        try:  # a source that cannot be opened fails before the first frame
+            sensors = environment_for_run(environment, controller, fan_out, sources=env_sources, poll_s=env_poll_s,
+                                          max_age_s=env_max_age_s, source_fps=source_frame_rate(frame_source))
+        except BaseException:
+            runtime.close()
+            frame_source.close()
+            if viewer is not None:
+                viewer.close()
+            raise
     server = None
     if not no_socket:  # the socket server's module only when a socket is served
         from sbrs.server import Server
@@ -318,6 +414,11 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
         stream = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
     except OSError as exc:
         runtime.close()
+        if sensors is not None:
+            sensors.close()
+        frame_source.close()
+        if viewer is not None:
+            viewer.close()
         raise InputError(f"{exc.filename}: cannot write ({exc.strerror})",
                          field="--summary" if exc.filename == summary_path else "--output") from None
     writer = json_lines_writer(stream)
@@ -325,12 +426,24 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
 
     def on_frame(record: FrameRecord) -> None:
         nonlocal postprocess_errors
+        value = None
+        if saver is not None or viewer is not None:
+            try:
+                value = record.value
+            except PostprocessError:  # the frame's line says so
+                value = None
         if saver is not None:
-            saver.save(record.index, record.scenario, record.outputs)
+            saver.save(record.index, record.scenario, record.outputs,
+                       detections=value if isinstance(value, Detections) else None)
         line = writer(record)
         if "error" in line:
             postprocess_errors += 1
             logger.error("sbrs run: %s", line["error"])
+        if viewer is not None and record.source is not None and record.source.picture is not None:
+            # what it draws: boxes, or a classifier's top-k; a user function's value or raw lists are not drawn
+            drawn = value if isinstance(value, Detections) or isinstance(record.postprocessor, TopK) else None
+            viewer.add(frame_for_view(record.index, record.source.picture, record.source.order, record.scenario,
+                                      drawn, record.switch))
         measurements.frame(record)
 
     try:
@@ -345,16 +458,31 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
             # free in the C heap goes back to the system (``sbrs.ort_env.release_free_memory``)
             release_free_memory()
             try:
+                if sensors is not None:
+                    sensors.start()
                 summary = run_frames(runtime, frame_source, limit=frames, on_frame=on_frame, stop=stop,
-                                     order=order)
+                                     order=order, frame_info=frame_source.taken)
+                if viewer is not None:  # the video's last frames written, in the run's time
+                    viewer.close()
             finally:
+                if sensors is not None:  # before the runtime stops taking switches
+                    sensors.stop()
                 runtime.node.shutdown()
                 if server is not None:
                     server.stop()
     finally:
+        if sensors is not None:
+            sensors.stop()
+        frame_source.close()
+        if viewer is not None:
+            with contextlib.suppress(Exception):  # closed above unless the run failed, whose error goes on
+                viewer.close()
         if stream is not sys.stdout:
             stream.close()
     summary.postprocess_errors = postprocess_errors
+    if sensors is not None:
+        summary.sensors = sensors.summary()
+    summary.source = frame_source.stats()
     logger.info("%s", summary.to_text())
     if summary_path:
         with open(summary_path, "w", encoding="utf-8") as summary_stream:

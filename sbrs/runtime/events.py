@@ -15,6 +15,8 @@ from typing import Any, Protocol
 #: Results of a switch request as counted by observers (``request_handled``); rejected ones carry a reason
 #: such as ``rejected:unknown_scenario`` or ``rejected:bad_field``.
 REQUEST_RESULTS = ("accepted", "replaced", "rejected")
+#: Results of a sensor's reading as counted by observers (``sensor_reading``).
+SENSOR_RESULTS = ("accepted", "malformed", "failed", "expired")
 
 
 class RunObserver(Protocol):
@@ -42,6 +44,17 @@ class RunObserver(Protocol):
 
     def environment_changed(self, values: Mapping[str, Any]) -> None:
         """The last known environment values (battery, min_fps, energy_budget_j, ...), None for unknown."""
+
+    def sensor_reading(self, kind: str, result: str) -> None:
+        """A sensor of ``kind`` (``power_supply``, ``thermal``, ``mavlink``) gave a reading that was ``accepted``,
+        one that was ``malformed`` (ignored: garbage in a file, a datagram that is no MAVLink), ``failed`` to
+        answer (a file that vanished, a link that broke), or its last value ``expired`` (aged out)."""
+
+    def frames_dropped(self, count: int) -> None:
+        """A live frame source replaced ``count`` frames with newer ones before the runtime took them."""
+
+    def source_reconnected(self, source: str) -> None:
+        """A frame source that had stopped giving frames was opened again (``sbrs run --reconnect``)."""
 
 
 class Observers:
@@ -77,3 +90,12 @@ class Observers:
 
     def environment_changed(self, values: Mapping[str, Any]) -> None:
         self._emit("environment_changed", values)
+
+    def sensor_reading(self, kind: str, result: str) -> None:
+        self._emit("sensor_reading", kind, result)
+
+    def frames_dropped(self, count: int) -> None:
+        self._emit("frames_dropped", count)
+
+    def source_reconnected(self, source: str) -> None:
+        self._emit("source_reconnected", source)

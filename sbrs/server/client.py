@@ -193,13 +193,14 @@ def cmd_env(args: argparse.Namespace) -> int:
     for field in args.clear:
         request[field] = None
     for field, value in (("battery", args.battery), ("min_fps", args.min_fps),
-                         ("energy_budget_j", args.energy_budget)):
+                         ("energy_budget_j", args.energy_budget), ("temperature", args.temperature)):
         if value is not None:
             request[field] = value
     if args.requirements is not None:
         request["requirements"] = _parse_requirements(args.requirements)
     if len(request) == 1:
-        raise InputError("give at least one of --battery, --min-fps, --energy-budget, --requirements, --clear")
+        raise InputError("give at least one of --battery, --min-fps, --energy-budget, --temperature, --requirements, "
+                         "--clear")
 
     def describe(reply: dict[str, Any]) -> str:
         text = _switched_text(reply)
@@ -219,12 +220,23 @@ def _status_text(reply: dict[str, Any]) -> str:
     if isinstance(decision, dict):
         state = "" if decision.get("satisfied", True) else " [unsatisfied]"
         lines.append(f"last decision: {decision.get('scenario')}: {decision.get('reason')}{state}")
+    sensors = reply.get("sensors")
+    if isinstance(sensors, list) and sensors:
+        lines.append("sensors: " + "; ".join(_sensor_text(item) for item in sensors if isinstance(item, dict)))
     requests = reply.get("requests")
     if isinstance(requests, dict):
         rejected = ", ".join(f"{code} {count}" for code, count in sorted(requests.get("rejected", {}).items()))
         lines.append(f"requests: {requests.get('accepted_total', 0)} accepted, {requests.get('rejected_total', 0)}"
                      f" rejected{f' ({rejected})' if rejected else ''}")
     return "\n".join(lines)
+
+
+def _sensor_text(item: Mapping[str, Any]) -> str:
+    """One sensor of ``status``: ``thermal temperature 71.5 (0.4 s ago)``, or ``... not answering``."""
+    value, age = item.get("value"), item.get("age_s")
+    known = "unknown" if value is None else f"{value:g}" + ("" if age is None else f" ({age:g} s ago)")
+    quiet = "" if item.get("answering", True) else ", not answering"
+    return f"{item.get('source')} {item.get('field')} {known}{quiet}"
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -258,11 +270,13 @@ def add_client_commands(subparsers: Any, add: AddCommand | None = None) -> None:
     env.add_argument("--battery", type=float, default=None, metavar="F", help="battery level in [0, 1]")
     env.add_argument("--min-fps", type=float, default=None, metavar="F", help="required frames per second")
     env.add_argument("--energy-budget", type=float, default=None, metavar="J", help="energy budget per frame (J)")
+    env.add_argument("--temperature", type=float, default=None, metavar="C",
+                     help="temperature in °C (policy.temperature thresholds)")
     env.add_argument("--requirements", default=None, metavar="W",
                      help="requirement weights, e.g. accuracy=0.5,energy=0.5 (thesis 5.6; sum to 1)")
     env.add_argument("--clear", action="append", default=[], metavar="FIELD",
-                     choices=("battery", "min_fps", "energy_budget_j", "requirements"),
-                     help="forget a value (battery, min_fps, energy_budget_j, requirements); repeatable")
+                     choices=("battery", "min_fps", "energy_budget_j", "requirements", "temperature"),
+                     help="forget a value (battery, min_fps, energy_budget_j, requirements, temperature); repeatable")
     _add_target_options(env)
 
     status = add("status", cmd_status, "the running app's scenario, environment, last decision and request counts")

@@ -3,10 +3,11 @@
 Requests (an optional ``"id"``, a string of at most 256 characters or an integer, is echoed in the reply):
 
 - ``{"op": "switch", "scenario": "eco"}``: switch now (bypasses the policy).
-- ``{"op": "env", "battery": 0.2, "min_fps": 15, "energy_budget_j": 0.1, "requirements": {...}}``: any
-  non-empty subset; a value of ``null`` clears it. battery in [0, 1]; min_fps and energy_budget_j (J per
-  frame) finite and ≥ 0; requirements an object of weights (accuracy, throughput, memory, energy) in [0, 1]
-  summing to 1, an omitted weight being 0.
+- ``{"op": "env", "battery": 0.2, "min_fps": 15, "energy_budget_j": 0.1, "requirements": {...}, "temperature":
+  71.5}``: any non-empty subset; a value of ``null`` clears it. battery in [0, 1]; min_fps and energy_budget_j (J
+  per frame) finite and ≥ 0; requirements an object of weights (accuracy, throughput, memory, energy) in [0, 1]
+  summing to 1, an omitted weight being 0; temperature in °C, in [-273.15, 1000]. The app's sensors
+  (``sbrs.control.sensors``) update the same values the same way.
 - ``{"op": "status"}``: the controller's snapshot plus the request counters.
 
 Replies are one JSON object per line: ``{"ok": true, "op": ..., "id": ..., ...result}``, or

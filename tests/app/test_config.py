@@ -97,8 +97,8 @@ def test_defaults(tmp_path: Path) -> None:
 # (description, edit of the app text or a file, expected message fragment, expected line or None)
 BAD_CASES = [
     ("unknown top-level key", lambda d: _edit(d, "memory_limit_mb: 16", "memory_limt_mb: 16"),
-     "memory_limt_mb: unknown key (allowed: adaptive, initial, input, memory_limit_mb, metrics, name, policy, postprocess,"
-     " runtime, scenarios)", 12),
+     "memory_limt_mb: unknown key (allowed: adaptive, environment, initial, input, memory_limit_mb, metrics, name,"
+     " policy, postprocess, runtime, scenarios, source)", 12),
     ("unknown scenario key", lambda d: _edit(d, "    model: big.onnx", "    model: big.onnx\n    modle: x"),
      "scenarios[0].modle: unknown key", 8),
     ("unknown key in scenario file", lambda d: _edit_file(d / "scenarios/small.yaml", "name: small", "name: small\nfoo: 1"),

@@ -116,16 +116,16 @@ def test_calibration_frames_come_from_the_folder(tmp_path: Path, monkeypatch: py
 def test_calibration_frames_may_be_images_read_as_sbrs_run_reads_them(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """A folder of images (no .npy file): every image, in name order, resized and normalised as ``sbrs run
-    --input`` feeds it (``sbrs.run.frames.open_frames``); the cache key holds each image."""
+    --input`` feeds it (``sbrs.run.frames.open_source``); the cache key holds each image."""
     from sbrs.app.config import InputSpec
-    from sbrs.run.frames import open_frames
+    from sbrs.run.frames import open_source
 
     seen = spy_on_calibration(monkeypatch)
     path = write_image_app(tmp_path, images=3, seed=500)
     (tmp_path / "frames" / "notes.txt").write_text("not a frame")
     config = load_app_config(path)
     assert config.scenario("fast-int8").calibration == str((tmp_path / "frames").resolve())
-    want = list(open_frames(str(tmp_path / "frames"), InputSpec("input", (1, 3, 64, 64), "float32")))
+    want = list(open_source(str(tmp_path / "frames"), InputSpec("input", (1, 3, 64, 64), "float32")))
     assert len(seen) == 1 and len(seen[0]) == len(want) == 3
     for got, frame in zip(seen[0], want, strict=True):
         assert got.shape == (1, 3, 64, 64) and got.dtype == np.float32
@@ -141,12 +141,12 @@ def test_an_image_folder_without_pillow_is_sbrs_runs_one_line(tmp_path: Path, mo
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     from sbrs.app.config import InputSpec
     from sbrs.errors import InputError
-    from sbrs.run.frames import open_frames
+    from sbrs.run.frames import open_source
 
     path = write_image_app(tmp_path, images=1)
     monkeypatch.setitem(sys.modules, "PIL", None)  # import PIL raises ImportError
     with pytest.raises(InputError) as run_error:
-        open_frames(str(tmp_path / "frames"), InputSpec("input", (1, 3, 64, 64), "float32"))
+        open_source(str(tmp_path / "frames"), InputSpec("input", (1, 3, 64, 64), "float32"))
     assert "Pillow" in run_error.value.detail
     assert main(["check", str(path)]) == 2
     assert_one_line_error(capsys.readouterr().err, f"scenarios[1].quantize.calibration: {run_error.value.detail}", 9)

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from sbrs.cli import main
-from tests.conftest import REPO
+from tests.conftest import REPO, REPO_BUILDS
+
+pytestmark = REPO_BUILDS  # builds an example app inside the repository (tests/conftest.py)
 
 TINY = str(REPO / "apps" / "tiny.yaml")
 

@@ -22,6 +22,9 @@ import pytest
 
 from sbrs.cli import main
 from sbrs.runtime import runtime_for
+from tests.conftest import REPO_BUILDS
+
+pytestmark = REPO_BUILDS  # runs and builds apps/tiny.yaml inside the repository (tests/conftest.py)
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "apps" / "tiny.yaml"

@@ -82,3 +82,42 @@ def test_a_unit_that_is_a_scenarios_whole_frame_keeps_its_pool_warm() -> None:
                 assert _config_entry(session, "session.force_spinning_stop") is None, unit
             else:
                 assert _config_entry(session, "session.force_spinning_stop") == "1", unit
+
+
+def _unit_file(folder: Path, name: str, *, kernel: int = 3, shape: tuple[int, ...] = (1, -1), seed: int = 0,
+               tensor: str = "x", inline_below: int = 1024) -> str:
+    """A small unit model: Conv → Reshape to ``shape``; initializers of ``inline_below`` bytes or more in an
+    external file (the weights, as a build writes them; with 0 the shape constant too)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = numpy_helper.from_array(np.random.default_rng(seed).standard_normal(
+        (16, 2, kernel, kernel)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", [tensor, "w"], ["c"], pads=[kernel // 2] * 4),
+             helper.make_node("Reshape", ["c", "shape"], ["y"])]
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info(tensor, TensorProto.FLOAT, [1, 2, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [weights, numpy_helper.from_array(np.array(shape, dtype=np.int64), "shape")])
+    path = folder / f"{name}.onnx"
+    onnx.save_model(helper.make_model(graph), str(path), save_as_external_data=True, location=f"{name}.bin",
+                    size_threshold=inline_below)
+    return str(path)
+
+
+def test_units_of_one_structure_are_measured_once(tmp_path: Path) -> None:
+    """unit_structure: equal for units that differ only in their weights' values and tensor names; different
+    when a kernel or a shape constant differs (kept in the file or external)."""
+    from sbrs.compile.unit_threads import unit_structure
+
+    base = unit_structure(_unit_file(tmp_path, "a"))
+    assert unit_structure(_unit_file(tmp_path, "b", seed=1, tensor="other")) == base
+    assert unit_structure(_unit_file(tmp_path, "c", kernel=1)) != base
+    assert unit_structure(_unit_file(tmp_path, "d", shape=(-1, 1))) != base
+    external = unit_structure(_unit_file(tmp_path, "e", inline_below=0))
+    assert unit_structure(_unit_file(tmp_path, "f", inline_below=0, seed=2)) == external
+    assert unit_structure(_unit_file(tmp_path, "g", inline_below=0, shape=(-1, 1))) != external
+    chosen = measure_unit_threads({"a": str(tmp_path / "a.onnx"), "b": str(tmp_path / "b.onnx")},
+                                  ("CPUExecutionProvider",), 2, optimized=False)
+    assert set(chosen) in (set(), {"a", "b"})  # one answer for both

@@ -282,4 +282,5 @@ def test_environment_update_and_clear() -> None:
     environment = Environment().updated({"battery": 0.5, "min_fps": 10})
     assert environment == Environment(battery=0.5, min_fps=10.0)
     assert environment.updated({"min_fps": None}) == Environment(battery=0.5)
-    assert environment.to_dict() == {"battery": 0.5, "min_fps": 10.0, "energy_budget_j": None, "requirements": None}
+    assert environment.to_dict() == {"battery": 0.5, "min_fps": 10.0, "energy_budget_j": None, "requirements": None,
+                                      "temperature": None}

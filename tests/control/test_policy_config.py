@@ -59,7 +59,7 @@ def test_full_policy_resolves_sorted(tmp_path: Path) -> None:
 
 BAD = [
     ("unknown key", "policy:\n  batery: []\n",
-     "app.yaml:13: policy.batery: unknown key (allowed: battery, default_requirements, high_power, hysteresis)"),
+     "app.yaml:13: policy.batery: unknown key (allowed: battery, default_requirements, high_power, hysteresis, temperature)"),
     ("unknown scenario", "policy:\n  battery:\n    - {below: 0.2, scenario: nope}\n",
      "app.yaml:14: policy.battery[0].scenario: unknown scenario 'nope' (scenarios: accurate, frugal)"),
     ("threshold above 1", "policy:\n  battery: [{below: 1.5, scenario: frugal}]\n",
@@ -85,7 +85,7 @@ BAD = [
     ("fps hysteresis of 1", "policy:\n  hysteresis: {fps: 1.0}\n",
      "app.yaml:13: policy.hysteresis.fps: Input should be less than 1"),
     ("unknown hysteresis key", "policy:\n  hysteresis: {energy: 0.1}\n",
-     "policy.hysteresis.energy: unknown key (allowed: battery, fps)"),
+     "policy.hysteresis.energy: unknown key (allowed: battery, fps, temperature)"),
     ("default requirements not summing", "policy:\n  default_requirements: {accuracy: 0.3}\n",
      "policy.default_requirements: requirement weights must sum to 1"),
     ("policy not a mapping", "policy: [frugal]\n", "policy: Input should be a valid dictionary"),

@@ -31,8 +31,10 @@ from sbrs.memory import (
 )
 from sbrs.memory.app_plan import plan_scenarios
 from sbrs.moc import derive_moc
-from tests.conftest import APPS
+from tests.conftest import APPS, REPO_BUILDS
 from tests.moc.cnn_helpers import program_model, scenario_programs
+
+pytestmark = REPO_BUILDS  # builds an example app inside the repository (tests/conftest.py)
 
 
 @pytest.fixture(scope="module", params=APPS, ids=[p.stem for p in APPS])

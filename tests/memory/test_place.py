@@ -29,8 +29,8 @@ def test_place_plans_verifies_and_bounds(case) -> None:  # type: ignore[no-untyp
 def test_a_broken_plan_is_an_error_naming_the_arena(monkeypatch: pytest.MonkeyPatch) -> None:
     problem = mobilenet_v2()
 
-    def overlapping(problem):  # type: ignore[no-untyped-def]
-        plan = plan_arena(problem)
+    def overlapping(problem, **options):  # type: ignore[no-untyped-def]
+        plan = plan_arena(problem, **options)
         return replace(plan, offsets=tuple((name, 0) for name, _ in plan.offsets))
 
     monkeypatch.setattr(placing, "plan_arena", overlapping)

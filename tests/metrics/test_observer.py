@@ -166,6 +166,21 @@ def test_environment_values_and_unknowns(observer: MetricsObserver) -> None:
     assert math.isnan(sample(observer, "sbrs_environment_battery_ratio"))
 
 
+def test_sensor_readings_and_the_temperature(observer: MetricsObserver) -> None:
+    assert sample(observer, "sbrs_sensor_readings_total", sensor="thermal", result="malformed") == 0  # from the start
+    assert math.isnan(sample(observer, "sbrs_environment_temperature_celsius"))
+    for result in ("accepted", "accepted", "malformed", "failed", "expired"):
+        Observers([observer]).sensor_reading("mavlink", result)
+    observer.sensor_reading("gps", "accepted")  # not a kind of sensor: not counted
+    observer.sensor_reading("thermal", "exploded")
+    assert sample(observer, "sbrs_sensor_readings_total", sensor="mavlink", result="accepted") == 2
+    for result in ("malformed", "failed", "expired"):
+        assert sample(observer, "sbrs_sensor_readings_total", sensor="mavlink", result=result) == 1
+    assert sample(observer, "sbrs_sensor_readings_total", sensor="gps", result="accepted") is None
+    observer.environment_changed({"temperature": -12.5})
+    assert sample(observer, "sbrs_environment_temperature_celsius") == -12.5
+
+
 def test_label_values_stay_within_fixed_sets(observer: MetricsObserver) -> None:
     def series() -> int:
         return sum(len(metric.samples) for metric in observer.registry.collect()
@@ -232,3 +247,15 @@ def test_fan_out_through_observers(observer: MetricsObserver) -> None:
     assert sample(observer, "sbrs_arena_bytes") == 64
     assert sample(observer, "sbrs_frames_total", scenario="full") == 1
     assert active(observer) == ["exit"]
+
+
+def test_a_sources_dropped_frames_and_reconnections_are_counted() -> None:
+    observer = MetricsObserver(SCENARIOS, process_metrics=False)
+    assert observer.registry.get_sample_value("sbrs_source_frames_dropped_total") == 0
+    observer.frames_dropped(3)
+    observer.frames_dropped(2)
+    observer.frames_dropped(0)  # nothing
+    observer.frames_dropped(-1)  # not a count: ignored
+    observer.source_reconnected("udp://@:5600")
+    assert observer.registry.get_sample_value("sbrs_source_frames_dropped_total") == 5
+    assert observer.registry.get_sample_value("sbrs_source_reconnects_total") == 1

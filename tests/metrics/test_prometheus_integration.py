@@ -28,10 +28,12 @@ from pathlib import Path
 import pytest
 
 from sbrs.metrics import MetricsObserver, MetricsServer
+from tests.conftest import REPO_BUILDS
 
 from .prom import DEADLINE_S, MONITORING, REPO, PrometheusServer, free_port, http_get, requires_prometheus, wait_for
 
-pytestmark = requires_prometheus
+# one test runs apps/tiny.yaml, building it inside the repository (tests/conftest.py)
+pytestmark = [requires_prometheus, REPO_BUILDS]
 
 SBRS = [sys.executable, "-c", "import sys; from sbrs.cli import main; sys.exit(main())"]
 

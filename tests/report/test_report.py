@@ -17,7 +17,9 @@ from sbrs.app import load_app
 from sbrs.cli import main
 from sbrs.moc import derive_moc
 from sbrs.model.cnn import INPUT_OP, OUTPUT_OP
-from tests.conftest import APPS, REPO
+from tests.conftest import APPS, REPO, REPO_BUILDS
+
+pytestmark = REPO_BUILDS  # builds an example app inside the repository (tests/conftest.py)
 
 TINY = next(p for p in APPS if p.stem == "tiny")
 LIMITED = REPO / "tests" / "data" / "limited" / "limited.yaml"

@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 from sbrs.cli import main
-from tests.conftest import REPO
+from tests.conftest import REPO, REPO_BUILDS
+
+pytestmark = REPO_BUILDS  # builds an example app inside the repository (tests/conftest.py)
 
 TINY = str(REPO / "apps" / "tiny.yaml")
 
@@ -49,8 +51,14 @@ def test_run_reads_a_folder_of_npy_frames_and_writes_a_file(tmp_path: Path,
     assert "3 frames" in capsys.readouterr().err
 
 
+@pytest.fixture(scope="module")
+def tiny_built() -> None:
+    """apps/tiny.yaml's build, made first, so that a run's stderr holds only what the test looks for."""
+    assert main(["build", TINY, "-q"]) == 0
+
+
 @pytest.mark.parametrize("problem", ["missing folder", "wrong shape", "empty folder"])
-def test_run_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+def test_run_bad_input_is_one_line_and_exit_2(tiny_built: None, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                               problem: str) -> None:
     folder = tmp_path / "frames"
     if problem != "missing folder":

@@ -44,7 +44,7 @@ def test_small_apps_equal_onnxruntime(load_example: Callable[[str], App], name: 
     ("drone", "layer", ("I", "O", "par")),
     ("drone", "auto", ("I", "O")),
     ("multi-cnn", "auto", ("I", "O", "par")),
-    ("multi-cnn", "layer", ("I", "O", "par")),
+    pytest.param("multi-cnn", "layer", ("I", "O", "par"), marks=pytest.mark.slow),  # 112 units
 ])
 def test_big_apps_equal_onnxruntime(load_example: Callable[[str], App], name: str, granularity: str,
                                     adaptive: tuple[str, ...]) -> None:

@@ -9,6 +9,7 @@ layers whole.
 
 from __future__ import annotations
 
+import platform
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -129,7 +130,7 @@ def _kernels(model: onnx.ModelProto | str, path: Path) -> Counter[str]:
     return Counter(node.op_type for node in onnx.load(path).graph.node)
 
 
-@pytest.mark.parametrize("granularity", ["auto", "layer"])
+@pytest.mark.parametrize("granularity", ["auto", pytest.param("layer", marks=pytest.mark.slow)])  # ~130 sessions
 def test_int8_units_run_on_the_integer_kernels_plain_onnx_runtime_uses(mobilenet_app: App, tmp_path: Path,
                                                                        granularity: str) -> None:
     """What ONNX Runtime makes of the units of a QDQ scenario: as many QLinearConv (its QDQ fusion) as it
@@ -182,14 +183,29 @@ def test_the_plan_holds_quantized_tensors_at_their_own_size_and_each_weight_once
     assert quantized == {s: params_bytes([mobilenet_app.models[s]]) for s in INTEGER}
 
 
-@pytest.mark.parametrize("form", ["qdq-per-tensor-u8", "qdq-per-channel-u8", "qdq-per-channel-s8", "qdq-contrib-u8",
+def _int8_sums_saturate() -> bool:
+    """Whether ONNX Runtime's fused int8 convolutions may saturate on this CPU: on x86 without VNNI they multiply
+    with VPMADDUBSW, whose int16 pair sums saturate (ONNX Runtime's quantization docs), so on such a CPU a
+    QLinearConv that ORT fuses from the file's int8 QDQ pattern can differ from the same arithmetic unfused."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    flags = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace") if Path("/proc/cpuinfo").exists() else ""
+    return not any(flag in flags.split() for flag in ("avx512_vnni", "avx_vnni", "amx_int8"))
+
+
+@pytest.mark.parametrize("form", ["qdq-per-tensor-u8", "qdq-per-channel-u8", pytest.param(
+    "qdq-per-channel-s8", marks=pytest.mark.xfail(_int8_sums_saturate(), strict=False, reason=(
+        "x86 without VNNI: ONNX Runtime's fused int8-activation kernels saturate (VPMADDUBSW) and band calls are "
+        "fused differently (docs/QUANTIZED.md)"))), "qdq-contrib-u8",
                                   "qdq-contrib-u16", "qoperator"])
 def test_processing_by_parts_runs_quantized_layers_by_bands(quantized_zoo: Callable[..., Path], tmp_path: Path,
                                                             form: str) -> None:
     """A QDQ node unit runs by bands like its float op (each band call holds the Q/DQ nodes, ONNX Runtime fuses
     them into its integer kernel there; the line buffers hold the quantized tensors), and so does the QOperator
     form's QLinearConv (ONNX Runtime pads with the zero point in a band as whole): 1-row bands everywhere and
-    every block tiled, each equal to ONNX Runtime on the file. float16 layers still run whole: a band boundary
+    every block tiled, each equal to ONNX Runtime on the file; the s8 form only where ONNX Runtime's fused int8
+    kernels do not saturate (``_int8_sums_saturate``; an expected failure elsewhere, docs/QUANTIZED.md). float16
+    layers still run whole: a band boundary
     would round what ONNX Runtime keeps in float32; so do 16-bit QDQ units, which ONNX Runtime runs in float32
     (``sbrs.reduction.rows.is_row_local``)."""
     from sbrs.compile.parts import executable_bands
@@ -212,12 +228,13 @@ def test_processing_by_parts_runs_quantized_layers_by_bands(quantized_zoo: Calla
         return
     assert quantized and all(bands[layer.name] < layer_height(layer) for layer in quantized)
     tiles = {"int8": [(group, 1) for group in tile_groups(int8)]}
+    want = refs.outputs("int8", frame)
     for label, kwargs in (("1-row bands", {}), ("tiles", {"tiles": tiles})):
         with Runtime.from_models({"int8": int8}, {"int8": maximal_bands(int8)}, **kwargs) as runtime:
             parts = runtime.plan.scenarios["int8"]  # type: ignore[union-attr]
             assert len(parts.calls) > 20 and any(b.dtype in ("uint8", "int8", "uint16") and b.layout == "rows"
                                                  for b in parts.buffers)
-            assert_equivalent(runtime.infer(frame), refs.outputs("int8", frame), f"{form} by parts, {label}")
+            assert_equivalent(runtime.infer(frame), want, f"{form} by parts, {label}")
     fp16 = _app(tmp_path, "by-parts-half", {"fp16": quantized_zoo("resnet18", "fp16-ort")}).models["fp16"]
     bands = executable_bands(fp16, {layer.name: 1 for layer in fp16.compute_layers})
     assert all(bands[layer.name] == layer_height(layer) for layer in fp16.compute_layers)

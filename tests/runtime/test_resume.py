@@ -33,6 +33,7 @@ from sbrs.compile.transitions import (
 from sbrs.compile.unit_plan import build_unit_plan
 from sbrs.runtime import runtime_for
 from sbrs.runtime.engine import Runtime
+from tests.conftest import example_apps_by_tier
 from tests.runtime.conftest import References, random_frame
 from tests.runtime.test_cancel import Cancellations, check_stream, request_at_step
 
@@ -133,11 +134,8 @@ def test_resume_tables_are_proven_and_their_mutations_caught(load_example: Calla
     assert caught
 
 
-APPS = sorted(p.stem for p in (REPO / "apps").glob("*.yaml"))
-
-
 @pytest.mark.parametrize("granularity", ["auto", "layer"])
-@pytest.mark.parametrize("name", APPS)
+@pytest.mark.parametrize("name", example_apps_by_tier())
 def test_resume_plans_keep_every_shared_prefix_valid_and_are_proven(load_example: Callable[[str], App], name: str,
                                                                      granularity: str) -> None:
     """Units and arena made for resume (``build_unit_plan(on_switch="resume")``): every ordered pair resumes at

@@ -29,13 +29,12 @@ from sbrs.compile.transitions import (
 from sbrs.compile.unit_plan import build_unit_plan
 from sbrs.runtime import runtime_for
 from sbrs.runtime.engine import Runtime
+from tests.conftest import APPS
 from tests.runtime.conftest import References, assert_equivalent, assert_switch_at_steps_equal, random_frame
-
-APPS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "apps").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("granularity", ["auto", "layer"])
-@pytest.mark.parametrize("name", APPS)
+@pytest.mark.parametrize("name", [path.stem for path in APPS])
 def test_hazard_checker_proves_every_transition(load_example: Callable[[str], App], name: str,
                                                 granularity: str) -> None:
     plan = build_unit_plan(load_example(name), granularity)

@@ -14,7 +14,6 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,9 +21,9 @@ import pytest
 from sbrs.app import App
 from sbrs.runtime import runtime_for
 from sbrs.runtime.engine import Runtime
+from tests.conftest import example_apps_by_tier
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 
-APPS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "apps").glob("*.yaml"))
 DISTINCT_FRAMES = 3
 SECONDS_PER_CASE = 0.8
 #: (transition, arena, schedule, on_switch) of every runtime configuration a switch can run under
@@ -72,7 +71,7 @@ def stress(runtime: Runtime, frames: list[np.ndarray], seconds: float, seed: int
     return results
 
 
-@pytest.mark.parametrize("name", APPS)
+@pytest.mark.parametrize("name", example_apps_by_tier())
 def test_concurrent_switches_never_lose_a_frame(load_example: Callable[[str], App], name: str) -> None:
     app = load_example(name)
     refs = References(app)

@@ -19,6 +19,7 @@ class FakeController:
         self.updates: list[dict[str, Any]] = []
         self.gate: threading.Event | None = None
         self.entered = threading.Event()
+        self.sensors: list[dict[str, Any]] | None = None  # the ``sensors`` section of a run with sensors
         self._lock = threading.Lock()
 
     def request_switch(self, scenario: str, source: str) -> dict[str, Any]:
@@ -40,5 +41,8 @@ class FakeController:
 
     def status(self) -> dict[str, Any]:
         with self._lock:
-            return {"scenario": self.current, "scenarios": list(self.scenarios), "mode": "fake",
-                    "environment": {"battery": None, "min_fps": None}}
+            status = {"scenario": self.current, "scenarios": list(self.scenarios), "mode": "fake",
+                      "environment": {"battery": None, "min_fps": None}}
+            if self.sensors is not None:
+                status["sensors"] = self.sensors
+            return status

@@ -97,6 +97,20 @@ def test_status(run: Run, server: Server) -> None:
     assert status == 0 and reply["scenario"] == "frugal" and reply["requests"]["accepted_total"] == 2
 
 
+def test_env_temperature_and_the_sensors_in_status(run: Run, server: Server, controller: FakeController) -> None:
+    assert run("env", "--temperature", "71.5", "--socket", str(server.socket_path))[0] == 0
+    assert controller.updates[-1] == {"temperature": 71.5}
+    assert run("env", "--clear", "temperature", "--socket", str(server.socket_path))[0] == 0
+    assert controller.updates[-1] == {"temperature": None}
+    controller.sensors = [
+        {"source": "thermal", "field": "temperature", "value": 71.5, "age_s": 0.4, "answering": True},
+        {"source": "mavlink:udpin:127.0.0.1:14550", "field": "battery", "value": None, "age_s": None,
+         "answering": False}]
+    status, out, _ = run("status", "--socket", str(server.socket_path))
+    assert status == 0 and "sensors: thermal temperature 71.5 (0.4 s ago); mavlink:udpin:127.0.0.1:14550 battery " \
+        "unknown, not answering" in out
+
+
 def test_connect_over_tcp(run: Run, server: Server, controller: FakeController) -> None:
     assert server.tcp_address is not None
     host, port = server.tcp_address
