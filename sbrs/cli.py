@@ -317,6 +317,22 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    """The app as one ONNX model and its JSON sidecar (``sbrs.artifact.export``)."""
+    from sbrs.artifact.export import export_app
+
+    written = export_app(args.app, args.output)
+    if args.json:
+        _print_json(written)
+        return 0
+    sharing = written["sharing"]
+    print(f"wrote {written['files'][0]} ({len(written['scenarios'])} scenarios as one graph: "
+          f"{sharing['nodes']} layers for {sum(sharing['steps'].values())} steps, {sharing['shared_nodes']} run by "
+          f"every scenario, {sharing['if_nodes']} If; weights {_mb(sharing['params_bytes'])} MB, "
+          f"{_mb(sharing['params_sum_bytes'])} MB as separate models) and {written['files'][1]}")
+    return 0
+
+
 def cmd_zoo_list(args: argparse.Namespace) -> int:
     from sbrs import zoo
 
@@ -387,7 +403,7 @@ class _Parser(argparse.ArgumentParser):
 
 #: Every subcommand's name (``build_parser``).
 COMMANDS: tuple[str, ...] = ("check", "inspect", "build", "run", "bench", "report", "switch", "env", "status",
-                             "zoo")
+                             "zoo", "export")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -434,6 +450,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         add_client_commands(commands, add)
     if wanted("zoo"):
         _zoo_commands(add("zoo", lambda _args: 2, "reference CNN architectures with seeded weights"))
+    if wanted("export"):
+        export = add("export", cmd_export, "write the app as one ONNX model (every scenario behind an int64 input "
+                                           "'scenario') and a JSON sidecar naming each scenario's index and outputs")
+        export.add_argument("app", metavar="APP.yaml")
+        export.add_argument("-o", "--output", required=True, metavar="APP.onnx",
+                            help="the model file; the sidecar is written beside it with the suffix .json")
+        export.add_argument("--json", action="store_true", help="print one JSON object: the sidecar and the files")
     return parser
 
 

@@ -109,7 +109,9 @@ class RuntimeOptions:
     threads, nothing process-wide) or ``process`` (ONNX Runtime's global pool, refusing the application's own
     sessions; ``sbrs.ort_env``). ``streams``: frames in flight at once in ``process`` (``sbrs.runtime.streams``):
     1, one frame at a time; 2, two, each in an arena of its own, on one-thread sessions (execution units) or as
-    the search chooses (by parts); None (default): one for execution units, the search's choice by parts."""
+    the search chooses (by parts); None (default): one for execution units, the search's choice by parts.
+    ``session``: ``units`` (default), the execution units above; ``one``, the app as one ONNX graph run by one
+    session (``sbrs.compile.one_graph``)."""
 
     providers: tuple[str, ...]
     threads: int | None
@@ -120,6 +122,7 @@ class RuntimeOptions:
     on_switch: str = "finish"
     threads_scope: str = "session"
     streams: int | None = None
+    session: str = "units"
 
     @property
     def unit_share_min_mb(self) -> float:
@@ -483,6 +486,18 @@ def _resolve_metrics(entry: MetricsEntry, doc: LocatedYaml) -> MetricsConfig:
     return MetricsConfig(port=entry.port, address=entry.address, allow_remote=entry.allow_remote)
 
 
+def _check_one_session(app: AppEntry, doc: LocatedYaml) -> None:
+    """``runtime.session: one`` runs the app as one ONNX graph (``sbrs.compile.one_graph``): not by parts under a
+    memory limit (band calls are sessions of their own), and not resuming a frame on another scenario (the one
+    session's frame is one call: there is no step both scenarios share to resume after)."""
+    if app.memory_limit_mb is not None:
+        raise doc.error(("runtime", "session"), "'one' runs the app as one graph, which memory_limit_mb's "
+                        "processing by parts cannot be: remove memory_limit_mb or use session: units")
+    if app.runtime.on_switch == "resume":
+        raise doc.error(("runtime", "session"), "'one' runs a frame as one call, so on_switch: resume has no "
+                        "shared step to resume after: use finish or cancel, or session: units")
+
+
 def resolve_input(entry: InputSpecEntry, doc: LocatedYaml) -> InputSpec:
     """The app's ``input:`` with its ``preprocess:`` checked against the input (an image input; ``mean`` and
     ``std`` with one value or one per channel; no value arithmetic for an integer input)."""
@@ -564,6 +579,8 @@ def load_app_config(path: str | Path) -> AppConfig:
     initial = app.initial or names[0]
     if initial not in names:
         raise doc.error(("initial",), f"unknown scenario '{initial}' (scenarios: {', '.join(names)})")
+    if app.runtime.session == "one":
+        _check_one_session(app, doc)
 
     return AppConfig(
         name=app.name,
@@ -576,7 +593,8 @@ def load_app_config(path: str | Path) -> AppConfig:
                                app.runtime.transition,
                                None if app.runtime.share_min_mb is None else float(app.runtime.share_min_mb),
                                app.runtime.switch_steps,
-                               app.runtime.on_switch, app.runtime.threads_scope, app.runtime.streams),
+                               app.runtime.on_switch, app.runtime.threads_scope, app.runtime.streams,
+                               app.runtime.session),
         memory_limit_mb=app.memory_limit_mb,
         policy=_resolve_policy(app.policy, names, scenarios[names.index(initial)].requirements, doc),
         metrics=_resolve_metrics(app.metrics, doc),

@@ -155,6 +155,7 @@ class RuntimeEntry(Strict):
     on_switch: Literal["finish", "cancel", "resume"] = "finish"
     threads_scope: Literal["session", "process"] = "session"
     streams: Literal[1, 2] | None = None
+    session: Literal["units", "one"] = "units"
 
 
 class BatteryThresholdEntry(Strict):

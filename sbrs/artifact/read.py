@@ -13,6 +13,8 @@
     one ONNX model per distinct band call of the ``PartsPlan`` the manifest holds (``parts``: band
     heights, band calls, line buffers with their arena offsets, the transition tables), when the app's
     memory limit needs processing by parts (a build by parts has no unit plan);
+``one.onnx`` (instead of units, for an app with ``runtime.session: one``)
+    the app as one graph (``sbrs.compile.one_graph``), the one unit of the manifest's plan (``execution: one``);
 ``weights.bin``
     every distinct weight tensor once (deduplicated by content, 4 KiB-aligned), shared by all unit files.
 ``<name>.opt.onnx`` (beside each model file above, CPU apps) and ``weights.opt.bin``
@@ -216,8 +218,8 @@ def verify_build(folder: Path, app_path: str | Path) -> dict[str, Any]:
 def load_build(app_path: str | Path, folder: Path | None = None) -> LoadedBuild:
     """The verified build of ``app_path`` (``build_dir`` by default)."""
     from sbrs.compile.footprint import Footprint
+    from sbrs.compile.one_plan import plan_from_dict
     from sbrs.compile.transitions import TransitionPlan
-    from sbrs.compile.units import UnitPlan
 
     folder = folder or build_dir(app_path)
     manifest = verify_build(folder, app_path)
@@ -231,7 +233,7 @@ def load_build(app_path: str | Path, folder: Path | None = None) -> LoadedBuild:
         plan, transitions = manifest["plan"], manifest["transitions"]
         build = LoadedBuild(
             folder=folder, config=config_from_dict(manifest["config"]),
-            plan=None if plan is None else UnitPlan.from_dict(plan), shadow=manifest["shadow"],
+            plan=None if plan is None else plan_from_dict(plan), shadow=manifest["shadow"],
             transitions=None if transitions is None else TransitionPlan.from_dict(transitions),
             model_bytes=manifest["model_bytes"], scenario_memory_mb=manifest["scenario_memory_mb"],
             granularity=options["granularity"], transition=options["transition"],

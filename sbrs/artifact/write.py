@@ -160,6 +160,12 @@ def _save_optimized_models(app: App, staging: Path) -> tuple[str | None, str | N
         for done, path in enumerate(sources, 1):
             made.append(path.with_name(path.stem + OPTIMIZED_SUFFIX))
             save_optimized(str(path), str(made[-1]), providers)
+            if app.config.runtime.session == "one":  # ONNX Runtime repeats names across branches: make them unique
+                from sbrs.compile.one_graph import unique_names
+
+                model = onnx.load_model(str(made[-1]), load_external_data=False)
+                unique_names(model.graph)
+                onnx.save_model(model, str(made[-1]))
             progress(done)
         _share_optimized_weights(made, staging / OPTIMIZED_WEIGHTS)
     except Exception as exc:  # onnxruntime raises its own types; any failure leaves only the portable files
@@ -204,7 +210,7 @@ def _share_optimized_weights(models: list[Path], shared: Path) -> None:
                 continue
             model = onnx.load_model(str(path), load_external_data=False)
             with open(own, "rb") as stream:
-                for tensor in model.graph.initializer:
+                for tensor in _initializers(model.graph):
                     if tensor.data_location != onnx.TensorProto.EXTERNAL:
                         continue
                     entries = {entry.key: entry.value for entry in tensor.external_data}
@@ -219,6 +225,17 @@ def _share_optimized_weights(models: list[Path], shared: Path) -> None:
             own.unlink()
     finally:
         weights.close()
+
+
+def _initializers(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
+    """The initializers of ``graph`` and of every subgraph inside it (ONNX Runtime's optimised form of the app as
+    one graph keeps reordered weights inside the ``If`` branches that use them)."""
+    found = list(graph.initializer)
+    for node in graph.node:
+        for attribute in node.attribute:
+            for subgraph in (*([attribute.g] if attribute.HasField("g") else []), *attribute.graphs):
+                found.extend(_initializers(subgraph))
+    return found
 
 
 def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -242,14 +259,26 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
     mode = app.config.runtime.transition
     arena = "shadow" if mode == "sbrs-tp" else "shared"
     parts = None
+    if reduction is not None and not reduction["early_exit"] and app.config.runtime.session == "one":
+        from sbrs.errors import InputError
+
+        raise InputError(f"the memory limit {reduction['memory_limit_bytes'] / 1e6:g} MB needs processing by parts, "
+                         "which one graph cannot be: use session: units or a larger limit",
+                         file=str(app.config.path), field="runtime.session")
     if reduction is not None and not reduction["early_exit"]:
         from sbrs.compile.fit import fit_parts
 
         parts = fit_parts(app, reduction)
     moc = plan = run_plan = shadow = transitions = None
+    one = parts is None and app.config.runtime.session == "one"
     if parts is None:
         moc = derive_moc(app.models, app.config.adaptive)
-        plan = build_unit_plan(app, None, moc, transition=mode)
+        if one:  # the app as one graph: the plan of its one unit (``sbrs.compile.one_graph``), its file below
+            from sbrs.compile.one_graph import one_plan
+
+            plan = one_plan(app)
+        else:
+            plan = build_unit_plan(app, None, moc, transition=mode)
         run_plan = plan
         if arena == "shadow":
             run_plan, shadow = plan_shadow(plan)
@@ -263,7 +292,13 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
     try:
         weights = _WeightsFile(staging / WEIGHTS)
         try:
-            if parts is None:
+            if one:
+                from sbrs.compile.one_graph import one_graph
+                from sbrs.compile.one_plan import ONE_UNIT
+
+                model = one_graph(app, moc, initializer=weights.tensor).model  # the same graph, weights in the file
+                onnx.save_model(model, str(staging / f"{ONE_UNIT}.onnx"))
+            elif parts is None:
                 assert plan is not None and moc is not None
                 specs = {t.id: t.spec for t in plan.tensors}
                 progress = Progress(logger, "writing unit files", len(plan.units), unit="units")
@@ -284,7 +319,8 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
         finally:
             weights.close()
         optimized_for, not_optimized = _save_optimized_models(app, staging)
-        unit_threads = {} if plan is None else _measured_unit_threads(app, plan, staging, optimized_for is not None)
+        unit_threads = {} if plan is None or one else _measured_unit_threads(app, plan, staging,
+                                                                              optimized_for is not None)
         files = {record.pop("path"): record for record in
                  (input_record(path, staging) for path in sorted(staging.iterdir()) if path.is_file())}
         manifest: dict[str, Any] = {

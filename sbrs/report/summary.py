@@ -37,6 +37,13 @@ WIDTH = 120
 SHARED_LINES = 6
 #: Scenario names are cut to this width in tables.
 NAME_WIDTH = 14
+#: How the app runs, by ``runtime.session``, and why.
+SESSION_LINES = {
+    "units": "runs as execution units, an ONNX Runtime session each (runtime.session: units, the default; one: "
+             "one graph)",
+    "one": "runs as one graph on one ONNX Runtime session, every weight once, If where paths split "
+           "(runtime.session: one)",
+}
 
 
 def plan_for(app: App) -> AppPlan:
@@ -93,6 +100,7 @@ def app_summary(app: App, moc: Moc, plan: AppPlan) -> dict[str, Any]:
                                "items": [{"id": p.id, "attribute": p.attribute, "layer": p.layer,
                                           "op": moc.layer(p.layer).op, "scenarios": list(p.values)}
                                          for p in moc.params]},
+        "session": app.config.runtime.session,
     }
 
 
@@ -166,7 +174,8 @@ def format_summary(summary: Mapping[str, Any], max_lines: int = MAX_LINES) -> st
     head = [f"app {summary['app']}: {len(names)} scenarios, A = {{{', '.join(summary['adaptive'])}}}",
             *_wrap(f"supergraph: {summary['supergraph_layers']} layers ({reuse['full']} shared as they are, "
             f"{reuse['partial']} shared with control parameters, {reuse['none']} in one scenario only), "
-            f"{summary['supergraph_edges']} edges")]
+            f"{summary['supergraph_edges']} edges"),
+            *_wrap(SESSION_LINES[summary.get("session", "units")])]
     table = [f"  {'scenario':<{NAME_WIDTH}} {'layers':>6} {'own':>5} {'params MB':>10} {'arena MB':>9}"
              "   (own: no other scenario runs it; MB: the scenario alone)"]
     rows = [f"  {_short(n):<{NAME_WIDTH}} {s['layers']:>6} {s['own_layers']:>5} {_mb(s['params_bytes']):>10}"

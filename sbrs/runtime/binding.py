@@ -107,6 +107,26 @@ def bind_units(plan: UnitPlan, sessions: Mapping[str, ort.InferenceSession], are
             calls.append(iobinding_runner(session, binding, run_options))
         bound.calls[scenario] = tuple(calls)
         bound.steps[scenario] = tuple(sequence)
+    bind_frame_io(plan, bound, arena, device, input_name, offsets)
+    return bound
+
+
+def bind_frame_io(plan: UnitPlan, bound: Bound, arena: ArenaMemory, device: str, input_name: str,
+                  offsets: Mapping[str, int] | None = None) -> None:
+    """Every scenario's frame copy-in (part of its step 1) and output copy-outs (part of its last step) of a plan
+    of units, into ``bound`` (``offsets``: as ``bind_units``'s)."""
+    tensors = {t.id: t for t in plan.tensors}
+
+    def offset_of(tensor_id: str) -> int:
+        return tensors[tensor_id].offset if offsets is None else offsets[tensor_id]
+
+    def slot(tensor_id: str) -> tuple[int, tuple[int, ...], np.dtype, Range]:
+        tensor = tensors[tensor_id]
+        pointer = arena.pointer(offset_of(tensor_id))
+        span = (tensor_id, pointer - arena.base, pointer - arena.base + tensor.nbytes)
+        bound.ranges.append(span)
+        return pointer, tensor.shape, np.dtype(tensor.dtype), span
+
     for scenario in plan.scenarios:
         tensor = tensors[plan.inputs[scenario][input_name]]
         last = len(plan.sequences[scenario])
@@ -131,7 +151,6 @@ def bind_units(plan: UnitPlan, sessions: Mapping[str, ort.InferenceSession], are
             bound.copy_in[scenario] = copy(tensor.id, True)
             bound.copy_out[scenario] = {name: copy(tensor_id, False)
                                         for name, tensor_id in plan.outputs[scenario].items()}
-    return bound
 
 
 def bind_parts(plan: PartsPlan, sessions: Mapping[str, ort.InferenceSession], arena: ArenaMemory,

@@ -69,6 +69,7 @@ from sbrs.runtime.binding import Bound, bind_parts, bind_units
 from sbrs.runtime.control_node import ControlNode, SwitchRecord, SwitchRequest
 from sbrs.runtime.device import ArenaMemory, device_of
 from sbrs.runtime.events import Observers, RunObserver
+from sbrs.runtime.one_session import bind_one
 from sbrs.runtime.streams import Streams, process_in_streams
 from sbrs.runtime.switching import (
     MAX_UNSETTLED,
@@ -277,14 +278,16 @@ class Runtime:
             if program.release:
                 release_free_memory()
         self._arena = ArenaMemory(plan.arena_bytes, self.device, plan.alignment)
+        # the app as one graph (``runtime.session: one``) binds its one session per scenario
+        bind_plan = bind_one if plan.execution == "one" else bind_units
         if by_parts:
             bound = bind_parts(plan, self._sessions, self._arena, self._run_options)
         else:
-            bound = bind_units(plan, self._sessions, self._arena, self.device, config.input.name, self._run_options)
+            bound = bind_plan(plan, self._sessions, self._arena, self.device, config.input.name, self._run_options)
         new: Bound = bound
         if program.shadow is not None:  # a transition's new frame: the same sessions bound to the shadow slots
-            new = bind_units(plan, self._sessions, self._arena, self.device, config.input.name, self._run_options,
-                             offsets=program.shadow)
+            new = bind_plan(plan, self._sessions, self._arena, self.device, config.input.name, self._run_options,
+                            offsets=program.shadow)
         self._bound, self._new_bound = bound, new
         self._bound_ranges = [*bound.ranges, *(new.ranges if new is not bound else ())]
         self._calls, self._copy_in, self._copy_out = bound.calls, bound.copy_in, bound.copy_out
@@ -298,8 +301,8 @@ class Runtime:
                 if by_parts:
                     return bind_parts(plan, self._sessions, arena, self._run_options,  # type: ignore[arg-type]
                                       record_accesses=False)
-                return bind_units(plan, self._sessions, arena, self.device,  # type: ignore[arg-type]
-                                  config.input.name, self._run_options)
+                return bind_plan(plan, self._sessions, arena, self.device,  # type: ignore[arg-type]
+                                 config.input.name, self._run_options)
 
             self._streams = Streams(streams, bound, self._arena, plan.arena_bytes, plan.alignment, bind,
                                    self.device)

@@ -155,6 +155,8 @@ def app_program(app: App, *, granularity: str | None, parts: PartsPlan | None, t
     from sbrs.model import naive_buffer_bytes, params_bytes
 
     mode, arena = runtime_options(config, transition, transition_arena, transition_schedule)
+    if config.runtime.session == "one":
+        return one_program(app, arena), mode
     moc = derive_moc(app.models, config.adaptive)
     plan = build_unit_plan(app, granularity, moc, transition=mode, on_switch=on_switch)
     # The model's figures (thesis Eq. 2.6-2.7), kept because the models themselves are not.
@@ -172,6 +174,28 @@ def app_program(app: App, *, granularity: str | None, parts: PartsPlan | None, t
 
     footprint = units_footprint(app.models, plan, app.config.runtime.max_streams(by_parts=False))
     return Program(plan, transitions, model_bytes, model, shadow, footprint=footprint), mode
+
+
+def one_program(app: App, arena: str) -> Program:
+    """What a runtime of ``app`` as one graph (``runtime.session: one``) compiled in memory executes: the graph
+    (``sbrs.compile.one_graph``), its ``OnePlan`` with the arena of its frame and outputs, the shadow slots of
+    SBRS-TP (``arena`` ``shadow``) and the transition tables."""
+    from sbrs.compile.footprint import units_footprint
+    from sbrs.compile.one_graph import one_graph, one_plan
+    from sbrs.compile.transitions import build_transition_plan, plan_shadow
+    from sbrs.model import naive_buffer_bytes, params_bytes
+    from sbrs.runtime.engine import Program
+
+    graph = one_graph(app)
+    plan = one_plan(app)
+    shadow = None
+    if arena == "shadow":
+        plan, shadow = plan_shadow(plan)
+    transitions = build_transition_plan(plan, arena=arena, shadow=shadow)
+    model_bytes = {"params_bytes": params_bytes(app.models.values()),
+                   "naive_bytes": sum(naive_buffer_bytes(m) for m in app.models.values())}
+    footprint = units_footprint(app.models, plan, app.config.runtime.max_streams(by_parts=False))
+    return Program(plan, transitions, model_bytes, lambda _key: graph.model, shadow, footprint=footprint)
 
 
 def build_program(build: LoadedBuild, *, granularity: str | None, transition: str | None,

@@ -12,7 +12,7 @@ import pytest
 
 from sbrs.cli import build_parser, main
 
-COMMANDS = ["check", "inspect", "build", "run", "bench", "report", "switch", "env", "status", "zoo"]
+COMMANDS = ["check", "inspect", "build", "run", "bench", "report", "switch", "env", "status", "zoo", "export"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -37,7 +37,7 @@ def test_a_command_s_own_parser_parses_as_the_full_one() -> None:
                "build": ["build", "a.yaml", "--memory-limit", "2", "--min-fps", "x=3"],
                "bench": ["bench", "a.yaml", "--switching", "--repeats", "4"],
                "switch": ["switch", "fast", "--app", "drone"], "check": ["check", "a.yaml", "--json"],
-               "zoo": ["zoo", "export", "resnet18", "-o", "x.onnx"]}
+               "zoo": ["zoo", "export", "resnet18", "-o", "x.onnx"], "export": ["export", "a.yaml", "-o", "a.onnx"]}
     for command, argv in samples.items():
         alone, every = vars(build_parser(command).parse_args(argv)), vars(full.parse_args(argv))
         assert alone.keys() == every.keys() and all(
