@@ -568,8 +568,10 @@ def load_app_config(path: str | Path) -> AppConfig:
                 for entry, entry_doc, entry_path in entries if entry.from_ is None}
     derived = [item for item in entries if item[0].from_ is not None]
     if derived:
-        from sbrs.app.derive import derive_scenario
+        from sbrs.app.derive import derivation_source, derive_scenario
 
+        for entry, entry_doc, entry_path in derived:  # every from: checked before any model is derived
+            derivation_source(entry, entries, resolved, entry_doc, entry_path)
         for entry, entry_doc, entry_path in derived:
             resolved[entry.name] = derive_scenario(entry, entries, resolved, app, entry_doc, entry_path,
                                                    input_spec=input_spec)

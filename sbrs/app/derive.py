@@ -105,8 +105,9 @@ def synthetic_frames(spec: InputSpec, count: int = SYNTHETIC_FRAMES, seed: int =
     return [rng.integers(low, high, size=spec.shape, endpoint=True).astype(dtype) for _ in range(count)]
 
 
-def _source(entry: ScenarioEntry, entries: Sequence[tuple[ScenarioEntry, LocatedYaml, Path_]],
-            resolved: Mapping[str, ScenarioConfig], doc: LocatedYaml, path: Path_) -> ScenarioConfig:
+def derivation_source(entry: ScenarioEntry, entries: Sequence[tuple[ScenarioEntry, LocatedYaml, Path_]],
+                      resolved: Mapping[str, ScenarioConfig], doc: LocatedYaml, path: Path_) -> ScenarioConfig:
+    """The scenario ``entry`` derives from (``from:``), or the one-line error naming its ``from`` field."""
     names = [item[0].name for item in entries]
     name = entry.from_
     if name not in names:
@@ -129,7 +130,7 @@ def derive_scenario(entry: ScenarioEntry, entries: Sequence[tuple[ScenarioEntry,
     from sbrs.app.postprocess import resolve_postprocess
     from sbrs.model.precision import convert_fp16, quantize_int8_static
 
-    source = _source(entry, entries, resolved, doc, path)
+    source = derivation_source(entry, entries, resolved, doc, path)
     assert entry.quantize is not None  # the schema pairs it with ``from``
     mode, written = entry.quantize.mode, entry.quantize.calibration
     spec = input_spec or InputSpec(app.input.name, tuple(app.input.shape), app.input.dtype)
