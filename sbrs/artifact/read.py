@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from sbrs.app.config import AppConfig
     from sbrs.compile.footprint import Footprint
     from sbrs.compile.parts_plan import PartsPlan
-    from sbrs.compile.transitions import TransitionPlan
+    from sbrs.compile.tables import TransitionPlan
     from sbrs.compile.units import UnitPlan
 
 logger = logging.getLogger(__name__)
@@ -216,7 +216,7 @@ def verify_build(folder: Path, app_path: str | Path) -> dict[str, Any]:
 def load_build(app_path: str | Path, folder: Path | None = None) -> LoadedBuild:
     """The verified build of ``app_path`` (``build_dir`` by default)."""
     from sbrs.compile.footprint import Footprint
-    from sbrs.compile.transitions import TransitionPlan
+    from sbrs.compile.tables import TransitionPlan
     from sbrs.compile.units import UnitPlan
 
     folder = folder or build_dir(app_path)

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnxruntime as ort
 
-from sbrs.compile.transitions import TRANSITION_MODES, ResumeTable, TransitionPlan, resume_tables
+from sbrs.compile.tables import TRANSITION_MODES, ResumeTable, TransitionPlan
 from sbrs.compile.unit_threads import whole_frame_units
 from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.ort_env import (
@@ -309,6 +309,8 @@ class Runtime:
         # and which steps of o a request for n lets finish (``_interrupt_resume``)
         self._resume: dict[tuple[str, str], ResumeTable] = {}
         if self.on_switch == "resume" and not by_parts:
+            from sbrs.compile.transitions import resume_tables  # the analysis, only where a run resumes
+
             self._resume = resume_tables(plan)  # type: ignore[arg-type]
         self._resume_keep: dict[tuple[str, str], tuple[bool, ...]] = {
             pair: tuple(step > 0 and r >= step for step, r in enumerate(table.after))

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from sbrs.artifact.read import LoadedBuild
     from sbrs.compile.parts import Tiles
     from sbrs.compile.parts_plan import PartsPlan
-    from sbrs.compile.transitions import TransitionPlan
+    from sbrs.compile.tables import TransitionPlan
     from sbrs.model.cnn import CnnModel
     from sbrs.runtime.engine import Program, Runtime
     from sbrs.runtime.events import RunObserver
