@@ -56,8 +56,7 @@ def measure_unit_threads(paths: Mapping[str, str], providers: tuple[str, ...], t
     warm_units = frozenset(warm)
     for unit, path in paths.items():
         pool = create_session(path, providers, threads=threads, optimized=optimized, warm=unit in warm_units)
-        feed = {i.name: rng.standard_normal([int(d) for d in i.shape]).astype(_numpy_type(i.type))
-                for i in pool.get_inputs()}
+        feed = random_feed(pool, rng)
         first = _block(pool, feed, 3)
         if first > MEASURED_MAX_S:
             continue
@@ -71,6 +70,12 @@ def measure_unit_threads(paths: Mapping[str, str], providers: tuple[str, ...], t
         if statistics.median(samples[1]) < statistics.median(samples[threads]):
             chosen[unit] = 1
     return chosen
+
+
+def random_feed(session: object, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Random inputs of ``session``'s shapes and types (a unit's inputs have fixed shapes)."""
+    return {i.name: rng.standard_normal([int(d) for d in i.shape]).astype(_numpy_type(i.type))
+            for i in session.get_inputs()}  # type: ignore[attr-defined]
 
 
 def _numpy_type(onnx_type: str) -> np.dtype:

@@ -198,7 +198,7 @@ def build_program(build: LoadedBuild, *, granularity: str | None, transition: st
                          f"options wanted or load the app", field="build")
     return Program(plan, transitions, build.model_bytes, build.unit_path, build.shadow,
                    optimized=build.optimized_here, release=True, footprint=build.footprint,
-                   unit_threads=build.unit_threads), mode
+                   unit_threads=build.unit_threads, streams=build.streams), mode
 
 
 def models_program(models: Mapping[str, CnnModel], band_rows: Mapping[str, Mapping[str, int]] | None, *,

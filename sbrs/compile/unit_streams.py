@@ -1,0 +1,178 @@
+"""One stream or two for an app's execution units (``runtime.streams: auto``), measured when the build is made.
+
+One stream runs one frame at a time, each unit on its session's threads (``runtime.threads``, or one where the
+build measured that faster: ``sbrs.compile.unit_threads``), and a switch under SBRS-TP starts the new scenario's
+frame while the old one finishes (``sbrs.runtime.switching``). Two streams run two frames at once on one-thread
+sessions (``sbrs.runtime.streams``): the setting of plain ONNX Runtime's "two frames at once", which wins where a
+model's layers parallelise poorly (pamap2, detect, MobileNetV3 at 64×64: 1.2-1.7x the frames of two intra-op
+threads on this 2-core machine), and loses nothing where they parallelise well only if the second frame keeps
+the second core as busy as the pool did (ResNet-18: it does not). A switch on two streams waits for a free
+stream, without SBRS-TP's overlap, and its new frame runs on one thread.
+
+The build times each scenario's frame both ways on the build's own unit files, with the machinery of the unit
+threads (interleaved blocks, medians of ``ROUNDS``; the units called in order on random inputs of their shapes),
+and ``choose_streams`` decides on those figures:
+
+    two streams when they give at least ``MIN_GAIN`` (10 %) more frames per second over the app's scenarios
+    (geometric mean), and a switch on them costs little: every scenario's frame on one thread takes at most
+    ``SHORT_FRAME_S`` (a few ms: the new frame's wait for a free stream plus its one-thread run add less than
+    such a frame), or the gain is large (``LARGE_GAIN``, 1.25: one stream would then run at most 0.8 of what
+    plain ONNX Runtime's two frames at once reach); else one stream, whose SBRS-TP switch matters more on long
+    frames (drone's ResNet-18 scenarios: 0.74-0.76 of plain ONNX Runtime's Δ on one stream, above 1 on two).
+
+The choice and its figures go in the build's manifest (``streams``); ``runtime.streams: 1`` or ``2`` is never
+measured. Timing decides only what the build records, never a test (tests check ``choose_streams`` on figures).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: Two streams must give this many times the frames per second of one stream (geometric mean over scenarios).
+MIN_GAIN = 1.10
+#: ... and every scenario's frame on one thread (two periods of two streams) must be at most this long,
+MAX_SHORT_FRAME_S = 0.005
+#: ... unless two streams give this much more.
+LARGE_GAIN = 1.25
+#: Interleaved rounds per scenario, and the shortest timed block (seconds); blocks of two streams hold at least
+#: two frames per stream.
+ROUNDS = 5
+MIN_BLOCK_S = 0.01
+
+
+@dataclass(frozen=True)
+class ScenarioStreams:
+    """A scenario's frame measured both ways: seconds per frame one at a time (``one_s``) and with two frames at
+    once on one-thread sessions (``two_s``: the period, one over the frames per second of both streams)."""
+
+    one_s: float
+    two_s: float
+
+    @property
+    def gain(self) -> float:
+        return self.one_s / self.two_s
+
+    @property
+    def one_thread_frame_s(self) -> float:
+        """A frame's time on one stream of two (each stream runs a frame while the other runs another)."""
+        return 2 * self.two_s
+
+    def to_dict(self) -> dict[str, float]:
+        return {"one_stream_s": round(self.one_s, 7), "two_streams_s": round(self.two_s, 7),
+                "gain": round(self.gain, 4)}
+
+
+@dataclass(frozen=True)
+class StreamsChoice:
+    """How many streams a build of execution units runs and why: ``asked`` (app.yaml's ``runtime.streams``:
+    ``auto``, 1 or 2), ``streams`` (the runtime's), ``reason`` (one sentence) and, where measured, ``figures``
+    per scenario with their ``gain`` (geometric mean of the scenarios' gains)."""
+
+    streams: int
+    asked: str
+    reason: str
+    figures: Mapping[str, ScenarioStreams] | None = None
+
+    @property
+    def gain(self) -> float | None:
+        if not self.figures:
+            return None
+        return math.exp(sum(math.log(f.gain) for f in self.figures.values()) / len(self.figures))
+
+    def to_dict(self) -> dict[str, Any]:
+        gain = self.gain
+        return {"streams": self.streams, "asked": self.asked, "reason": self.reason,
+                "gain": None if gain is None else round(gain, 4),
+                "figures": None if self.figures is None else {s: f.to_dict() for s, f in self.figures.items()}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StreamsChoice:
+        figures = data.get("figures")
+        return cls(int(data["streams"]), str(data["asked"]), str(data["reason"]),
+                   None if figures is None else {str(s): ScenarioStreams(float(f["one_stream_s"]),
+                                                                         float(f["two_streams_s"]))
+                                                 for s, f in figures.items()})
+
+
+def choose_streams(figures: Mapping[str, ScenarioStreams]) -> StreamsChoice:
+    """The rule of the module docstring on measured ``figures``: two streams or one, with the reason."""
+    choice = StreamsChoice(1, "auto", "", dict(figures))
+    gain = choice.gain or 1.0
+    longest = max(f.one_thread_frame_s for f in figures.values())
+    said = f"two streams ran {gain:.2f}x the frames of one"
+    if gain < MIN_GAIN:
+        return StreamsChoice(1, "auto", f"{said}, under {MIN_GAIN:.2f}x: one stream", choice.figures)
+    if longest <= MAX_SHORT_FRAME_S:
+        return StreamsChoice(2, "auto", f"{said}, on frames of at most {longest * 1e3:.2f} ms on one thread: a "
+                             "switch waiting for a free stream costs less than such a frame", choice.figures)
+    if gain >= LARGE_GAIN:
+        return StreamsChoice(2, "auto", f"{said} (at least {LARGE_GAIN:.2f}x), on frames of up to "
+                             f"{longest * 1e3:.1f} ms on one thread", choice.figures)
+    return StreamsChoice(1, "auto", f"{said}, under {LARGE_GAIN:.2f}x on frames of up to {longest * 1e3:.1f} ms "
+                         "on one thread: one stream keeps SBRS-TP's faster switch", choice.figures)
+
+
+def _frames(chain: Sequence[tuple[Any, dict[str, np.ndarray]]], frames: int) -> None:
+    for _ in range(frames):
+        for session, feed in chain:
+            session.run(None, feed)
+
+
+def _one_stream(chain: Sequence[tuple[Any, dict[str, np.ndarray]]], frames: int) -> float:
+    start = time.perf_counter()
+    _frames(chain, frames)
+    return (time.perf_counter() - start) / frames
+
+
+def _two_streams(chain: Sequence[tuple[Any, dict[str, np.ndarray]]], frames: int) -> float:
+    """Seconds per frame with ``frames`` frames on each of two threads at once (the sessions shared, as the
+    runtime's streams share them; ONNX Runtime releases the GIL inside a call)."""
+    other = threading.Thread(target=_frames, args=(chain, frames), name="sbrs-build-stream")
+    start = time.perf_counter()
+    other.start()
+    _frames(chain, frames)
+    other.join()
+    return (time.perf_counter() - start) / (2 * frames)
+
+
+def measure_streams(paths: Mapping[str, str], sequences: Mapping[str, Sequence[str]], providers: tuple[str, ...],
+                    threads: Callable[[str], int], *, optimized: bool,
+                    warm: frozenset[str]) -> dict[str, ScenarioStreams]:
+    """Each scenario of ``sequences`` (its unit ids in order; ``paths``: unit id → model file) timed one frame at
+    a time on sessions of ``threads(unit)`` threads (the units in ``warm`` kept warm) and two frames at once on
+    one-thread sessions: medians of ``ROUNDS`` interleaved blocks."""
+    import statistics  # only a build measures
+
+    from sbrs.compile.unit_threads import random_feed
+    from sbrs.ort_env import create_session
+
+    rng = np.random.default_rng(0)
+    pools: dict[str, Any] = {}
+    singles: dict[str, Any] = {}
+    feeds: dict[str, dict[str, np.ndarray]] = {}
+    figures: dict[str, ScenarioStreams] = {}
+    for scenario, units in sequences.items():
+        for unit in units:
+            if unit not in pools:
+                pools[unit] = create_session(paths[unit], providers, threads=threads(unit), optimized=optimized,
+                                             warm=unit in warm)
+                singles[unit] = create_session(paths[unit], providers, threads=1, optimized=optimized)
+                feeds[unit] = random_feed(pools[unit], rng)
+        one_chain = [(pools[u], feeds[u]) for u in units]
+        two_chain = [(singles[u], feeds[u]) for u in units]
+        first = max(_one_stream(one_chain, 2), 1e-6)  # warms both; the block sizes follow from it
+        _two_streams(two_chain, 1)
+        frames = max(1, math.ceil(MIN_BLOCK_S / first))
+        samples: dict[str, list[float]] = {"one": [], "two": []}
+        for _ in range(ROUNDS):
+            samples["one"].append(_one_stream(one_chain, frames))
+            samples["two"].append(_two_streams(two_chain, max(2, frames // 2)))
+        figures[scenario] = ScenarioStreams(statistics.median(samples["one"]), statistics.median(samples["two"]))
+    return figures
