@@ -196,7 +196,8 @@ def _build_text(result: Any) -> str:
         lines.append(format_reduction(reduction))
         lines.append(f"the chosen band heights are saved in the plan ({result.plan_path})")
     streams = built["streams"]
-    lines.append(f"streams: {streams['streams']} (runtime.streams: {streams['asked']}; {streams['reason']})")
+    load = "" if streams.get("load") is None else f", measured at load average {streams['load']:.1f}"
+    lines.append(f"streams: {streams['streams']} (runtime.streams: {streams['asked']}; {streams['reason']}{load})")
     footprint = built["footprint"]
     lines.append(f"plan of what the runtime holds: parameters as executed {_mb(footprint['params_bytes'])} + tensors "
                  f"{_mb(footprint['tensors_bytes'])} (every tensor, those inside ONNX Runtime calls too) + transition "

@@ -219,10 +219,16 @@ def _chosen_streams(app: App, plan: UnitPlan, staging: Path, optimized: bool, un
         return StreamsChoice(1, asked, why_one)
     suffix = OPTIMIZED_SUFFIX if optimized else ".onnx"
     threads = runtime.threads or cores
+    load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
     figures = measure_streams({unit.id: str(staging / f"{unit.id}{suffix}") for unit in plan.units}, plan.sequences,
                               providers, lambda unit: min(threads, unit_threads.get(unit, threads)),
                               optimized=optimized, warm=whole_frame_units(plan.sequences))
-    return choose_streams(figures)
+    choice = choose_streams(figures, load)
+    if choice.busy(cores):
+        logger.warning("sbrs build: runtime.streams: auto measured %s on a busy machine (load average %.1f, %d cores): "
+                       "the choice (%d) is that machine's; build again when it is quiet, or set runtime.streams",
+                       app.name, load, cores, choice.streams)
+    return choice
 
 
 def _share_optimized_weights(models: list[Path], shared: Path) -> None:

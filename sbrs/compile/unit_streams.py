@@ -45,6 +45,9 @@ LARGE_GAIN = 1.25
 #: two frames per stream.
 ROUNDS = 5
 MIN_BLOCK_S = 0.01
+#: A build measures on a busy machine when its load average is above this many times its cores (on this 2-core
+#: machine at load 9-10, drone's ResNet-18 scenarios ran 1.70x on two streams; on a quiet one they win nothing).
+BUSY_LOAD = 1.0
 
 
 @dataclass(frozen=True)
@@ -73,12 +76,19 @@ class ScenarioStreams:
 class StreamsChoice:
     """How many streams a build of execution units runs and why: ``asked`` (app.yaml's ``runtime.streams``:
     ``auto``, 1 or 2), ``streams`` (the runtime's), ``reason`` (one sentence) and, where measured, ``figures``
-    per scenario with their ``gain`` (geometric mean of the scenarios' gains)."""
+    per scenario with their ``gain`` (geometric mean of the scenarios' gains) and the machine's ``load`` (its
+    1-minute load average as the measuring began: above its cores, the figures are those of a busy machine,
+    where intra-op threads wait for each other and two streams win far more than on a quiet one)."""
 
     streams: int
     asked: str
     reason: str
     figures: Mapping[str, ScenarioStreams] | None = None
+    load: float | None = None
+
+    def busy(self, cores: int) -> bool:
+        """Whether the figures were measured on a machine busier than it has cores (``BUSY_LOAD``)."""
+        return self.load is not None and self.load > BUSY_LOAD * cores
 
     @property
     def gain(self) -> float | None:
@@ -89,7 +99,7 @@ class StreamsChoice:
     def to_dict(self) -> dict[str, Any]:
         gain = self.gain
         return {"streams": self.streams, "asked": self.asked, "reason": self.reason,
-                "gain": None if gain is None else round(gain, 4),
+                "gain": None if gain is None else round(gain, 4), "load": self.load,
                 "figures": None if self.figures is None else {s: f.to_dict() for s, f in self.figures.items()}}
 
     @classmethod
@@ -98,25 +108,28 @@ class StreamsChoice:
         return cls(int(data["streams"]), str(data["asked"]), str(data["reason"]),
                    None if figures is None else {str(s): ScenarioStreams(float(f["one_stream_s"]),
                                                                          float(f["two_streams_s"]))
-                                                 for s, f in figures.items()})
+                                                 for s, f in figures.items()},
+                   None if data.get("load") is None else float(data["load"]))
 
 
-def choose_streams(figures: Mapping[str, ScenarioStreams]) -> StreamsChoice:
-    """The rule of the module docstring on measured ``figures``: two streams or one, with the reason."""
-    choice = StreamsChoice(1, "auto", "", dict(figures))
-    gain = choice.gain or 1.0
+def choose_streams(figures: Mapping[str, ScenarioStreams], load: float | None = None) -> StreamsChoice:
+    """The rule of the module docstring on measured ``figures`` (``load``: the machine's, recorded beside them):
+    two streams or one, with the reason."""
+    gain = StreamsChoice(1, "auto", "", figures).gain or 1.0
     longest = max(f.one_thread_frame_s for f in figures.values())
     said = f"two streams ran {gain:.2f}x the frames of one"
     if gain < MIN_GAIN:
-        return StreamsChoice(1, "auto", f"{said}, under {MIN_GAIN:.2f}x: one stream", choice.figures)
-    if longest <= MAX_SHORT_FRAME_S:
-        return StreamsChoice(2, "auto", f"{said}, on frames of at most {longest * 1e3:.2f} ms on one thread: a "
-                             "switch waiting for a free stream costs less than such a frame", choice.figures)
-    if gain >= LARGE_GAIN:
-        return StreamsChoice(2, "auto", f"{said} (at least {LARGE_GAIN:.2f}x), on frames of up to "
-                             f"{longest * 1e3:.1f} ms on one thread", choice.figures)
-    return StreamsChoice(1, "auto", f"{said}, under {LARGE_GAIN:.2f}x on frames of up to {longest * 1e3:.1f} ms "
-                         "on one thread: one stream keeps SBRS-TP's faster switch", choice.figures)
+        streams, reason = 1, f"{said}, under {MIN_GAIN:.2f}x: one stream"
+    elif longest <= MAX_SHORT_FRAME_S:
+        streams, reason = 2, (f"{said}, on frames of at most {longest * 1e3:.2f} ms on one thread: a switch waiting "
+                              "for a free stream costs less than such a frame")
+    elif gain >= LARGE_GAIN:
+        streams, reason = 2, (f"{said} (at least {LARGE_GAIN:.2f}x), on frames of up to {longest * 1e3:.1f} ms on "
+                              "one thread")
+    else:
+        streams, reason = 1, (f"{said}, under {LARGE_GAIN:.2f}x on frames of up to {longest * 1e3:.1f} ms on one "
+                              "thread: one stream keeps SBRS-TP's faster switch")
+    return StreamsChoice(streams, "auto", reason, dict(figures), load)
 
 
 def _frames(chain: Sequence[tuple[Any, dict[str, np.ndarray]]], frames: int) -> None:

@@ -64,6 +64,12 @@ def test_a_choice_round_trips_through_its_json_form() -> None:
     assert StreamsChoice.from_dict(StreamsChoice(1, "1", "runtime.streams: 1").to_dict()).figures is None
 
 
+def test_figures_measured_on_a_busy_machine_say_so() -> None:
+    assert choose_streams(figures(0.0002, 1.5), load=5.0).busy(cores=2)
+    assert not choose_streams(figures(0.0002, 1.5), load=1.5).busy(cores=2)
+    assert not StreamsChoice(1, "1", "runtime.streams: 1").busy(cores=2)  # nothing measured
+
+
 def _tiny(folder: Path, runtime: str = "") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "tiny.yaml"
@@ -81,7 +87,8 @@ def test_auto_is_measured_by_the_build_recorded_and_run(tmp_path: Path, capsys: 
     assert choice.asked == "auto" and choice.figures is not None and set(choice.figures) == {"full", "skip", "exit"}
     assert all(f.one_s > 0 and f.two_s > 0 for f in choice.figures.values())
     assert choose_streams(choice.figures).streams == choice.streams  # the rule on the build's own figures
-    assert f"streams: {choice.streams} (runtime.streams: auto; {choice.reason})" in built
+    assert choice.load is not None and choice.load >= 0  # the machine's load average beside its figures
+    assert f"streams: {choice.streams} (runtime.streams: auto; {choice.reason}, measured at load average" in built
     build = load_build(path)
     assert build.streams == choice.streams
     with runtime_for(path) as rt:
