@@ -18,13 +18,17 @@ Every figure is a ratio to plain ONNX Runtime measured in the same run, interlea
   PSS above a bare interpreter with numpy and onnxruntime imported (/proc/PID/smaps_rollup), against the same
   ONNX Runtime script's.
 
+Each app is measured on its build as ``sbrs run`` runs it, made again first where it is older than sbrs' code
+(``--rebuild``: every one): a build chooses its streams by measuring (``runtime.streams: auto``), so the run
+shows what a change to the compile stage costs too, and the notes say what each build chose.
+
 Floors and ceilings are in ``benchmarks/floors.json``: about 10 % beyond the worse of two runs on a quiet
 machine (``--write-floors``). The run prints a table, names every figure beyond its bound, exits 1 if any is
 (2 for bad arguments), and ends with a one-line verdict. ``--quick`` (at most 5 minutes on the 2-core
 development machine) takes a subset: throughput of tiny, pamap2, cifar10, drone and detect and of five real
 models, switching on tiny, drone and multi-cnn, start-up on tiny, cifar10 and drone.
 
-    python benchmarks/guard.py [--quick] [--floors benchmarks/floors.json] [--json RUN.json]
+    python benchmarks/guard.py [--quick] [--rebuild] [--only throughput,switch,startup] [--json RUN.json]
     python benchmarks/guard.py --write-floors RUN1.json RUN2.json [--margin 0.1]
 """
 
@@ -104,15 +108,38 @@ def model_app(name: str, model: Path) -> str:
     return str(path)
 
 
+def fresh_build(path: str, rebuild: bool = False) -> str:
+    """Make the app's build unless it is current and newer than every source file of sbrs (a build's fingerprint
+    holds its inputs and sbrs' version, not the code: a change to the compile stage, such as the streams a
+    build chooses, must show in the figures). Its streams and why, for the notes."""
+    from sbrs.artifact.child import build_in_child
+    from sbrs.artifact.read import MANIFEST, build_dir, verify_build
+    from sbrs.errors import InputError
+
+    folder = build_dir(path)
+    newest = max(source.stat().st_mtime for source in (ROOT / "sbrs").rglob("*.py"))
+    try:
+        manifest = verify_build(folder, path)
+        current = not rebuild and (folder / MANIFEST).stat().st_mtime > newest
+    except InputError:
+        current = False
+    if not current:
+        build_in_child(path)
+        manifest = verify_build(folder, path)
+    streams = manifest["streams"]
+    return (f"{streams['streams']} stream(s), asked {streams['asked']}" + (f", gain {streams['gain']:.2f}"
+            if streams.get("gain") else "") + (f", load {streams['load']:.1f}" if streams.get("load") else ""))
+
+
 # -- throughput -------------------------------------------------------------------------------------------
 
 
-def throughput(path: str, prefix: str, frames: int, repeats: int) -> tuple[dict[str, float], list[str]]:
-    from sbrs.bench.bench import current_build, measure_throughput
+def throughput(path: str, prefix: str, frames: int, repeats: int, rebuild: bool) -> tuple[dict[str, float], list[str]]:
+    from sbrs.bench.bench import measure_throughput
 
-    current_build(path)
+    built = fresh_build(path, rebuild)
     report = measure_throughput(path, frames=frames, repeats=repeats, granularity=None)
-    figures, notes = {}, []
+    figures, notes = {}, [f"{prefix}: build of {built}"]
     for scenario, row in report["scenarios"].items():
         name = f"{prefix}/throughput" if prefix.startswith("model/") else f"{prefix}/throughput/{scenario}"
         figures[name] = row["ratio"]
@@ -181,15 +208,14 @@ def _ort_switches(sessions: dict[str, Any], feed: str, frame: np.ndarray, reques
         requests.held(name)
 
 
-def switching(path: str, app: str, seed: int = 0) -> tuple[dict[str, float], list[str]]:
+def switching(path: str, app: str, rebuild: bool, seed: int = 0) -> tuple[dict[str, float], list[str]]:
     import onnxruntime as ort
 
     from sbrs.app import load_app
-    from sbrs.bench.bench import current_build
     from sbrs.model.input_size import plain_model_file
     from sbrs.runtime import runtime_for
 
-    current_build(path)
+    fresh_build(path, rebuild)
     loaded = load_app(path)
     config = loaded.config
     frame = np.random.default_rng(seed).standard_normal(config.input.shape).astype(config.input.dtype)
@@ -239,10 +265,11 @@ def switching(path: str, app: str, seed: int = 0) -> tuple[dict[str, float], lis
 # -- start-up and memory of a fresh process ----------------------------------------------------------------
 
 
-def startup(app: str, repeats: int) -> tuple[dict[str, float], list[str]]:
+def startup(app: str, repeats: int, rebuild: bool) -> tuple[dict[str, float], list[str]]:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from startup import app_row
 
+    fresh_build(app_path(app), rebuild)
     row = app_row(app, frames=20, repeats=repeats)
     sbrs, ort = row["sbrs"], row["ort_all"]
     assert isinstance(sbrs, dict) and isinstance(ort, dict)
@@ -257,8 +284,17 @@ def startup(app: str, repeats: int) -> tuple[dict[str, float], list[str]]:
 # -- the run ---------------------------------------------------------------------------------------------------
 
 
-def measure(quick: bool, only: set[str] | None) -> tuple[dict[str, float], list[str]]:
-    """Every figure of the run (in the order measured) and a line of detail per measurement."""
+def measure(quick: bool, only: set[str] | None, rebuild: bool = False) -> tuple[dict[str, float], list[str]]:
+    """Every figure of the run (in the order measured) and a line of detail per measurement; ``rebuild``: every
+    build made again first (else only those older than sbrs' code, ``fresh_build``)."""
+    built: set[str] = set()
+
+    def again(path: str) -> bool:
+        """Rebuild each app once per run at most."""
+        first = rebuild and path not in built
+        built.add(path)
+        return first
+
     frames, repeats = (10, 3) if quick else (20, 5)
     figures: dict[str, float] = {}
     notes: list[str] = []
@@ -274,15 +310,16 @@ def measure(quick: bool, only: set[str] | None) -> tuple[dict[str, float], list[
 
     if wanted("throughput"):
         for app in QUICK_THROUGHPUT if quick else APPS:
-            add(throughput(app_path(app), app, frames, repeats))
+            add(throughput(app_path(app), app, frames, repeats, again(app_path(app))))
         for name in QUICK_MODELS if quick else MODELS:
-            add(throughput(model_app(name, MODELS[name]), f"model/{name}", frames, repeats))
+            path = model_app(name, MODELS[name])
+            add(throughput(path, f"model/{name}", frames, repeats, again(path)))
     if wanted("switch"):
         for app in QUICK_SWITCH if quick else APPS:
-            add(switching(app_path(app), app))
+            add(switching(app_path(app), app, again(app_path(app))))
     if wanted("startup"):
         for app in QUICK_STARTUP if quick else APPS:
-            add(startup(app, 3 if quick else 5))
+            add(startup(app, 3 if quick else 5, again(app_path(app))))
     return figures, notes
 
 
@@ -305,19 +342,25 @@ def main(argv: list[str] | None = None) -> int:
                         help="measure only these parts: throughput, switch, startup")
     parser.add_argument("--json", type=Path, default=None, metavar="RUN.json", help="also write the figures here")
     parser.add_argument("--write-floors", nargs="+", type=Path, default=None, metavar="RUN.json",
-                        help="write --floors from runs saved with --json (each bound beyond the worse run)")
+                        help="set the bounds of --floors from runs saved with --json (each beyond the worse run; "
+                             "the bounds of figures not in the runs stay)")
     parser.add_argument("--margin", type=float, default=0.10)
+    parser.add_argument("--rebuild", action="store_true",
+                        help="make every build again first (by default only builds older than sbrs' code)")
     args = parser.parse_args(argv)
     if args.write_floors:
-        runs = [json.loads(path.read_text(encoding="utf-8"))["figures"] for path in args.write_floors]
-        kinds = {name: kind_of(name) for name in runs[0]}
-        bounds = bounds_from_runs(runs, kinds, args.margin)
-        args.floors.write_text(json.dumps({
-            "about": f"bounds {args.margin:.0%} beyond the worse of {len(runs)} runs of benchmarks/guard.py "
-                     "(see docs/MEASUREMENTS.md); floors for throughput, ceilings for switch delay, time to first "
-                     "output and memory, all as ratios of sbrs to plain ONNX Runtime",
-            "runs": [json.loads(path.read_text(encoding="utf-8")).get("when", "") for path in args.write_floors],
-            "figures": bounds}, indent=1) + "\n", encoding="utf-8")
+        saved = [json.loads(path.read_text(encoding="utf-8")) for path in args.write_floors]
+        runs = [run["figures"] for run in saved]
+        bounds = bounds_from_runs(runs, {name: kind_of(name) for name in runs[0]}, args.margin)
+        floors = json.loads(args.floors.read_text(encoding="utf-8")) if args.floors.exists() else {}
+        floors["about"] = ("each bound about 10 % beyond the worse of two quiet runs of benchmarks/guard.py (see "
+                           "docs/MEASUREMENTS.md): floors for throughput, ceilings for switch delay, time to first "
+                           "output and memory, all ratios of sbrs to plain ONNX Runtime measured in the same run")
+        floors["runs"] = sorted({*floors.get("runs", []),
+                                 *(f"{run.get('when', '')} (load {run.get('load_at_start', 0):.1f}, "
+                                   f"{'quick' if run.get('quick') else 'full'})" for run in saved)})
+        floors["figures"] = {**floors.get("figures", {}), **bounds}  # the figures measured replace their bounds
+        args.floors.write_text(json.dumps(floors, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         print(f"guard: {len(bounds)} bounds written to {args.floors}")
         return 0
     only = None if args.only is None else set(args.only.split(","))
@@ -327,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     bounds = load_bounds(args.floors) if args.floors.exists() else {}
     started = time.perf_counter()
     load = os.getloadavg()[0]
-    figures, notes = measure(args.quick, only)
+    figures, notes = measure(args.quick, only, args.rebuild)
     elapsed = time.perf_counter() - started
     if args.json is not None:
         args.json.write_text(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M"), "quick": args.quick,
