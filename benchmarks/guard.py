@@ -8,10 +8,13 @@ Every figure is a ratio to plain ONNX Runtime measured in the same run, interlea
   (``sbrs bench``'s throughput part, ``sbrs.bench.bench.measure_throughput``); ``model/NAME/throughput`` the
   same for committed real models (tests/data/torchvision, float and int8) as one-scenario apps.
 - ``APP/switch`` (ceiling): the mean switch response delay Δ as the caller sees it, sbrs over plain ONNX Runtime
-  with every scenario's default session loaded. One long stream of frames on each side; a thread asks for
-  another scenario at a random moment (1-3 frames after the previous switch, so anywhere in a frame, never at a
-  step boundary on purpose); Δ runs from the request to the moment the caller holds the new scenario's first
-  output. Blocks of both sides alternate. The difference of the means in µs is printed beside it.
+  with every scenario's session loaded (``sbrs bench --switching``'s comparator: sessions on every core whose
+  pools stop spinning when a call returns; with ONNX Runtime's default spinning pools every plain switch is
+  slower, drone 48-63 against 31-33 ms, so that is not plain ONNX Runtime's better setting). One long stream of
+  frames on each side; a thread asks for another scenario at a random moment (1-3 frames after the previous
+  switch, so anywhere in a frame, never at a step boundary on purpose); Δ runs from the request to the moment
+  the caller holds the new scenario's first output. Blocks of both sides alternate. The difference of the
+  means in µs is printed beside it.
 - ``APP/first_output`` (ceiling): a fresh process's time to its first output, ``sbrs run`` from the app's build
   against a plain ONNX Runtime script loading every scenario's model (``benchmarks/startup.py``, bytecode
   cached as a user's interpreter has it); ``APP/peak_rss`` and ``APP/pss`` (ceilings): its peak RSS and steady
@@ -134,12 +137,12 @@ def fresh_build(path: str, rebuild: bool = False) -> str:
 # -- throughput -------------------------------------------------------------------------------------------
 
 
-def throughput(path: str, prefix: str, frames: int, repeats: int, rebuild: bool) -> tuple[dict[str, float], list[str]]:
+def throughput(path: str, prefix: str, frames: int, repeats: int) -> tuple[dict[str, float], list[str]]:
     from sbrs.bench.bench import measure_throughput
 
-    built = fresh_build(path, rebuild)
     report = measure_throughput(path, frames=frames, repeats=repeats, granularity=None)
-    figures, notes = {}, [f"{prefix}: build of {built}"]
+    figures: dict[str, float] = {}
+    notes: list[str] = []
     for scenario, row in report["scenarios"].items():
         name = f"{prefix}/throughput" if prefix.startswith("model/") else f"{prefix}/throughput/{scenario}"
         figures[name] = row["ratio"]
@@ -208,14 +211,12 @@ def _ort_switches(sessions: dict[str, Any], feed: str, frame: np.ndarray, reques
         requests.held(name)
 
 
-def switching(path: str, app: str, rebuild: bool, seed: int = 0) -> tuple[dict[str, float], list[str]]:
-    import onnxruntime as ort
-
+def switching(path: str, app: str, seed: int = 0) -> tuple[dict[str, float], list[str]]:
     from sbrs.app import load_app
     from sbrs.model.input_size import plain_model_file
+    from sbrs.ort_env import create_session
     from sbrs.runtime import runtime_for
 
-    fresh_build(path, rebuild)
     loaded = load_app(path)
     config = loaded.config
     frame = np.random.default_rng(seed).standard_normal(config.input.shape).astype(config.input.dtype)
@@ -225,7 +226,10 @@ def switching(path: str, app: str, rebuild: bool, seed: int = 0) -> tuple[dict[s
     del loaded
     rng = random.Random(seed)
     with scratch, runtime_for(path) as runtime:
-        sessions = {name: ort.InferenceSession(file, providers=["CPUExecutionProvider"])
+        # plain sessions of the scenarios' files, their pools stopping to spin when a call returns: ONNX Runtime's
+        # default sessions keep spinning, and on two cores the idle pools of the other sessions make every switch
+        # slower (drone, quiet: Δ 48-63 ms against 31-33 ms) and slow whatever runs beside them in this process
+        sessions = {name: create_session(file, ("CPUExecutionProvider",), threads=runtime.thread_pool.count)
                     for name, file in files.items()}
         feed = next(iter(sessions.values())).get_inputs()[0].name
         frame_s = {}
@@ -265,11 +269,10 @@ def switching(path: str, app: str, rebuild: bool, seed: int = 0) -> tuple[dict[s
 # -- start-up and memory of a fresh process ----------------------------------------------------------------
 
 
-def startup(app: str, repeats: int, rebuild: bool) -> tuple[dict[str, float], list[str]]:
+def startup(app: str, repeats: int) -> tuple[dict[str, float], list[str]]:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from startup import app_row
 
-    fresh_build(app_path(app), rebuild)
     row = app_row(app, frames=20, repeats=repeats)
     sbrs, ort = row["sbrs"], row["ort_all"]
     assert isinstance(sbrs, dict) and isinstance(ort, dict)
@@ -284,17 +287,12 @@ def startup(app: str, repeats: int, rebuild: bool) -> tuple[dict[str, float], li
 # -- the run ---------------------------------------------------------------------------------------------------
 
 
-def measure(quick: bool, only: set[str] | None, rebuild: bool = False) -> tuple[dict[str, float], list[str]]:
-    """Every figure of the run (in the order measured) and a line of detail per measurement; ``rebuild``: every
-    build made again first (else only those older than sbrs' code, ``fresh_build``)."""
-    built: set[str] = set()
-
-    def again(path: str) -> bool:
-        """Rebuild each app once per run at most."""
-        first = rebuild and path not in built
-        built.add(path)
-        return first
-
+def measure(quick: bool, only: set[str] | None, rebuild: bool = False,
+            max_load: float | None = None) -> tuple[dict[str, float], list[str]]:
+    """Every figure of the run (in the order measured) and a line of detail per measurement. The builds come
+    first, each made again where it is older than sbrs' code (``fresh_build``; ``rebuild``: every one), after
+    waiting for ``max_load`` (a build under ``runtime.streams: auto`` measures the machine as it finds it), so
+    that no build runs between the measurements."""
     frames, repeats = (10, 3) if quick else (20, 5)
     figures: dict[str, float] = {}
     notes: list[str] = []
@@ -308,19 +306,34 @@ def measure(quick: bool, only: set[str] | None, rebuild: bool = False) -> tuple[
         for line in result[1]:
             print(f"  {line}", file=sys.stderr, flush=True)
 
+    apps = [app for part, names in (("throughput", QUICK_THROUGHPUT), ("switch", QUICK_SWITCH),
+                                    ("startup", QUICK_STARTUP)) if wanted(part) for app in (names if quick else APPS)]
+    models = {name: model_app(name, MODELS[name]) for name in (QUICK_MODELS if quick else MODELS)
+              if wanted("throughput")}
+    builds = {**{app: app_path(app) for app in dict.fromkeys(apps)}, **{f"model/{m}": p for m, p in models.items()}}
+    for name, path in builds.items():
+        wait_for_load(max_load)
+        add(({}, [f"{name}: build of {fresh_build(path, rebuild)}"]))
+    wait_for_load(max_load)
     if wanted("throughput"):
         for app in QUICK_THROUGHPUT if quick else APPS:
-            add(throughput(app_path(app), app, frames, repeats, again(app_path(app))))
-        for name in QUICK_MODELS if quick else MODELS:
-            path = model_app(name, MODELS[name])
-            add(throughput(path, f"model/{name}", frames, repeats, again(path)))
+            add(throughput(app_path(app), app, frames, repeats))
+        for name, path in models.items():
+            add(throughput(path, f"model/{name}", frames, repeats))
     if wanted("switch"):
         for app in QUICK_SWITCH if quick else APPS:
-            add(switching(app_path(app), app, again(app_path(app))))
+            add(switching(app_path(app), app))
     if wanted("startup"):
         for app in QUICK_STARTUP if quick else APPS:
-            add(startup(app, 3 if quick else 5, again(app_path(app))))
+            add(startup(app, 3 if quick else 5))
     return figures, notes
+
+
+def wait_for_load(max_load: float | None, limit_s: float = 3600) -> None:
+    """Wait (at most ``limit_s``) until the 1-minute load average is under ``max_load`` (None: not at all)."""
+    deadline = time.monotonic() + limit_s
+    while max_load is not None and os.getloadavg()[0] >= max_load and time.monotonic() < deadline:
+        time.sleep(15)
 
 
 def table(figures: dict[str, float], floors: dict[str, Any]) -> str:
@@ -345,6 +358,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="set the bounds of --floors from runs saved with --json (each beyond the worse run; "
                              "the bounds of figures not in the runs stay)")
     parser.add_argument("--margin", type=float, default=0.10)
+    parser.add_argument("--max-load", type=float, default=None, metavar="L",
+                        help="before the builds and before measuring, wait (up to an hour each) until the 1-minute "
+                             "load average is under L")
     parser.add_argument("--rebuild", action="store_true",
                         help="make every build again first (by default only builds older than sbrs' code)")
     args = parser.parse_args(argv)
@@ -368,9 +384,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"guard: error: --only {args.only}: parts are throughput, switch, startup", file=sys.stderr)
         return 2
     bounds = load_bounds(args.floors) if args.floors.exists() else {}
+    wait_for_load(args.max_load)
     started = time.perf_counter()
     load = os.getloadavg()[0]
-    figures, notes = measure(args.quick, only, args.rebuild)
+    figures, notes = measure(args.quick, only, args.rebuild, args.max_load)
     elapsed = time.perf_counter() - started
     if args.json is not None:
         args.json.write_text(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M"), "quick": args.quick,

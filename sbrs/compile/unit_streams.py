@@ -15,10 +15,12 @@ and ``choose_streams`` decides on those figures:
 
     two streams when they give at least ``MIN_GAIN`` (10 %) more frames per second over the app's scenarios
     (geometric mean), and a switch on them costs little: every scenario's frame on one thread takes at most
-    ``SHORT_FRAME_S`` (a few ms: the new frame's wait for a free stream plus its one-thread run add less than
-    such a frame), or the gain is large (``LARGE_GAIN``, 1.25: one stream would then run at most 0.8 of what
-    plain ONNX Runtime's two frames at once reach); else one stream, whose SBRS-TP switch matters more on long
-    frames (drone's ResNet-18 scenarios: 0.74-0.76 of plain ONNX Runtime's Δ on one stream, above 1 on two).
+    ``MAX_SHORT_FRAME_S`` (5 ms: the new frame's wait for a free stream plus its one-thread run add less than
+    such a frame), or, on frames of at most ``MAX_LONG_FRAME_S`` (50 ms) on one thread, the gain is large
+    (``LARGE_GAIN``, 1.25: one stream would then run at most 0.8 of what plain ONNX Runtime's two frames at
+    once reach); else one stream, whose SBRS-TP switch matters more on long frames (drone's ResNet-18 scenarios:
+    0.73-0.80 of plain ONNX Runtime's Δ on one stream; detect on two streams 1.79x), and above all on the
+    longest (multi-cnn's ResNet-50, 0.1-0.2 s a frame on one thread: a switch would wait for such a frame).
 
 The choice and its figures go in the build's manifest (``streams``); ``runtime.streams: 1`` or ``2`` is never
 measured. Timing decides only what the build records, never a test (tests check ``choose_streams`` on figures).
@@ -39,8 +41,9 @@ import numpy as np
 MIN_GAIN = 1.10
 #: ... and every scenario's frame on one thread (two periods of two streams) must be at most this long,
 MAX_SHORT_FRAME_S = 0.005
-#: ... unless two streams give this much more.
+#: ... unless two streams give this much more, on frames of at most this long on one thread.
 LARGE_GAIN = 1.25
+MAX_LONG_FRAME_S = 0.05
 #: Interleaved rounds per scenario, and the shortest timed block (seconds); blocks of two streams hold at least
 #: two frames per stream.
 ROUNDS = 5
@@ -123,6 +126,9 @@ def choose_streams(figures: Mapping[str, ScenarioStreams], load: float | None = 
     elif longest <= MAX_SHORT_FRAME_S:
         streams, reason = 2, (f"{said}, on frames of at most {longest * 1e3:.2f} ms on one thread: a switch waiting "
                               "for a free stream costs less than such a frame")
+    elif longest > MAX_LONG_FRAME_S:
+        streams, reason = 1, (f"{said}, on frames of up to {longest * 1e3:.0f} ms on one thread: a switch waiting for "
+                              "such a frame costs more, one stream keeps SBRS-TP's faster switch")
     elif gain >= LARGE_GAIN:
         streams, reason = 2, (f"{said} (at least {LARGE_GAIN:.2f}x), on frames of up to {longest * 1e3:.1f} ms on "
                               "one thread")

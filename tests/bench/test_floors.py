@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from sbrs.bench.floors import Bound, bounds_from_runs, check, read_bounds, verdict
+from sbrs.bench.floors import Bound, bounds_from_runs, check, load_bounds, read_bounds, verdict
+from tests.conftest import REPO
 
 FIGURES = {"tiny/throughput/full": 0.93, "drone/switch": 0.74, "tiny/first_output": 1.05}
 FLOORS = {"figures": {"tiny/throughput/full": {"floor": 0.86}, "drone/switch": {"ceiling": 0.85},
@@ -62,3 +63,10 @@ def test_an_entry_needs_one_kind_of_bound() -> None:
     with pytest.raises(ValueError, match="'x'"):
         read_bounds({"figures": {"x": {"floor": 1.0, "ceiling": 2.0}}})
 
+
+def test_the_committed_floors_read_and_name_known_kinds() -> None:
+    bounds = load_bounds(REPO / "benchmarks" / "floors.json")
+    assert bounds  # the guard runs against committed bounds
+    for name, bound in bounds.items():
+        assert bound.kind == ("floor" if "/throughput" in name else "ceiling"), name
+        assert 0 < bound.value < 10, name

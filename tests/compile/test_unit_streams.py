@@ -14,6 +14,7 @@ from sbrs.artifact.read import load_build
 from sbrs.cli import main
 from sbrs.compile.unit_streams import (
     LARGE_GAIN,
+    MAX_LONG_FRAME_S,
     MAX_SHORT_FRAME_S,
     MIN_GAIN,
     ScenarioStreams,
@@ -41,9 +42,16 @@ def test_one_stream_when_two_do_not_win_by_the_margin() -> None:
 
 def test_long_frames_keep_one_stream_unless_two_win_big() -> None:
     long_s = 4 * MAX_SHORT_FRAME_S  # a frame on one thread of two streams far longer than a few ms
+    assert 2 * long_s / (LARGE_GAIN + 0.05) <= MAX_LONG_FRAME_S  # ... and not among the longest
     moderate = choose_streams(figures(long_s, (MIN_GAIN + LARGE_GAIN) / 2))
     assert moderate.streams == 1 and "SBRS-TP" in moderate.reason
     assert choose_streams(figures(long_s, LARGE_GAIN + 0.05)).streams == 2
+
+
+def test_the_longest_frames_keep_one_stream_whatever_the_gain() -> None:
+    longest_s = MAX_LONG_FRAME_S  # one stream's frame; on one thread of two streams 2 * it / gain
+    choice = choose_streams(figures(longest_s, 1.5))
+    assert choice.streams == 1 and "SBRS-TP" in choice.reason
 
 
 def test_one_long_scenario_makes_the_frames_long() -> None:
