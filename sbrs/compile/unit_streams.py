@@ -10,8 +10,8 @@ the second core as busy as the pool did (ResNet-18: it does not). A switch on tw
 stream, without SBRS-TP's overlap, and its new frame runs on one thread.
 
 The build times each scenario's frame both ways on the build's own unit files, with the machinery of the unit
-threads (interleaved blocks, medians of ``ROUNDS``; the units called in order on random inputs of their shapes),
-and ``choose_streams`` decides on those figures:
+threads (interleaved blocks, medians of ``ROUNDS``; the units called in order on random inputs of their shapes;
+two streams with the runtime's hand-offs, ``_two_streams``), and ``choose_streams`` decides on those figures:
 
     two streams when they give at least ``MIN_GAIN`` (10 %) more frames per second over the app's scenarios
     (geometric mean), and a switch on them costs little: every scenario's frame on one thread takes at most
@@ -151,14 +151,38 @@ def _one_stream(chain: Sequence[tuple[Any, dict[str, np.ndarray]]], frames: int)
 
 
 def _two_streams(chain: Sequence[tuple[Any, dict[str, np.ndarray]]], frames: int) -> float:
-    """Seconds per frame with ``frames`` frames on each of two threads at once (the sessions shared, as the
-    runtime's streams share them; ONNX Runtime releases the GIL inside a call)."""
-    other = threading.Thread(target=_frames, args=(chain, frames), name="sbrs-build-stream")
+    """Seconds per frame with ``2 * frames`` frames on two worker threads at once, as the runtime's streams run
+    them (``sbrs.runtime.streams``): each worker takes the next frame under a shared lock, runs it (the sessions
+    shared; ONNX Runtime releases the GIL inside a call) and hands it over a queue to this thread, which takes
+    every frame in turn. The hand-offs are what two streams pay per frame beside the calls: on frames of 0.1-0.3
+    ms (tiny, pamap2) bare calls on two threads ran 1.5x one stream where the runtime's streams gained nothing."""
+    from queue import SimpleQueue
+
+    total = 2 * frames
+    taken = [0]
+    lock = threading.Lock()
+    done: SimpleQueue[int] = SimpleQueue()
+
+    def work() -> None:
+        while True:
+            with lock:
+                if taken[0] >= total:
+                    return
+                taken[0] += 1
+            for session, feed in chain:
+                session.run(None, feed)
+            done.put(1)
+
+    workers = [threading.Thread(target=work, name=f"sbrs-build-stream-{i}") for i in range(2)]
     start = time.perf_counter()
-    other.start()
-    _frames(chain, frames)
-    other.join()
-    return (time.perf_counter() - start) / (2 * frames)
+    for worker in workers:
+        worker.start()
+    for _ in range(total):
+        done.get()
+    seconds = time.perf_counter() - start
+    for worker in workers:
+        worker.join()
+    return seconds / total
 
 
 def measure_streams(paths: Mapping[str, str], sequences: Mapping[str, Sequence[str]], providers: tuple[str, ...],
