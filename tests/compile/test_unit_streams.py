@@ -16,6 +16,7 @@ from sbrs.compile.unit_streams import (
     LARGE_GAIN,
     MAX_LONG_FRAME_S,
     MAX_SHORT_FRAME_S,
+    MIN_FRAME_S,
     MIN_GAIN,
     ScenarioStreams,
     StreamsChoice,
@@ -30,14 +31,24 @@ def figures(one_s: float, gain: float, scenarios: int = 3) -> dict[str, Scenario
     return {f"s{i}": ScenarioStreams(one_s, one_s / gain) for i in range(scenarios)}
 
 
+SHORT_S = 0.001  # a frame of 1 ms on one stream: on one thread of two streams between MIN_FRAME_S and 5 ms
+
+
 def test_two_streams_on_short_frames_when_they_win_by_the_margin() -> None:
-    choice = choose_streams(figures(0.0002, MIN_GAIN + 0.05))
+    choice = choose_streams(figures(SHORT_S, MIN_GAIN + 0.05))
+    assert MIN_FRAME_S <= 2 * SHORT_S / (MIN_GAIN + 0.05) <= MAX_SHORT_FRAME_S
     assert choice.streams == 2 and choice.asked == "auto" and "costs less than such a frame" in choice.reason
 
 
 def test_one_stream_when_two_do_not_win_by_the_margin() -> None:
-    assert choose_streams(figures(0.0002, MIN_GAIN - 0.02)).streams == 1
-    assert choose_streams(figures(0.0002, 0.7)).streams == 1
+    assert choose_streams(figures(SHORT_S, MIN_GAIN - 0.02)).streams == 1
+    assert choose_streams(figures(SHORT_S, 0.7)).streams == 1
+
+
+def test_the_shortest_frames_keep_one_stream_whatever_the_gain() -> None:
+    tiny_s = MIN_FRAME_S / 4  # on one thread of two streams, 2 * tiny_s / 1.5 < MIN_FRAME_S
+    choice = choose_streams(figures(tiny_s, 1.5))
+    assert choice.streams == 1 and "hand-offs" in choice.reason
 
 
 def test_long_frames_keep_one_stream_unless_two_win_big() -> None:
@@ -55,7 +66,7 @@ def test_the_longest_frames_keep_one_stream_whatever_the_gain() -> None:
 
 
 def test_one_long_scenario_makes_the_frames_long() -> None:
-    mixed = {**figures(0.0002, 1.2, 2), "slow": ScenarioStreams(0.05, 0.05 / 1.2)}
+    mixed = {**figures(SHORT_S, 1.2, 2), "slow": ScenarioStreams(0.05, 0.05 / 1.2)}
     assert choose_streams(mixed).streams == 1
 
 
@@ -65,7 +76,7 @@ def test_the_gain_is_the_geometric_mean_of_the_scenarios() -> None:
 
 
 def test_a_choice_round_trips_through_its_json_form() -> None:
-    choice = choose_streams(figures(0.0003, 1.4))
+    choice = choose_streams(figures(SHORT_S, 1.4))
     again = StreamsChoice.from_dict(json.loads(json.dumps(choice.to_dict())))
     assert again.streams == choice.streams and again.reason == choice.reason
     assert again.gain == pytest.approx(choice.gain, rel=1e-3)
@@ -73,8 +84,8 @@ def test_a_choice_round_trips_through_its_json_form() -> None:
 
 
 def test_figures_measured_on_a_busy_machine_say_so() -> None:
-    assert choose_streams(figures(0.0002, 1.5), load=5.0).busy(cores=2)
-    assert not choose_streams(figures(0.0002, 1.5), load=1.5).busy(cores=2)
+    assert choose_streams(figures(SHORT_S, 1.5), load=5.0).busy(cores=2)
+    assert not choose_streams(figures(SHORT_S, 1.5), load=1.5).busy(cores=2)
     assert not StreamsChoice(1, "1", "runtime.streams: 1").busy(cores=2)  # nothing measured
 
 
