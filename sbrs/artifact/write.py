@@ -222,7 +222,8 @@ def _chosen_streams(app: App, plan: UnitPlan, staging: Path, optimized: bool, un
     load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
     figures = measure_streams({unit.id: str(staging / f"{unit.id}{suffix}") for unit in plan.units}, plan.sequences,
                               providers, lambda unit: min(threads, unit_threads.get(unit, threads)),
-                              optimized=optimized, warm=whole_frame_units(plan.sequences))
+                              optimized=optimized, warm=whole_frame_units(plan.sequences),
+                              plain={s.name: s.model_path for s in app.config.scenarios})
     choice = choose_streams(figures, load)
     if choice.busy(cores):
         logger.warning("sbrs build: runtime.streams: auto measured %s on a busy machine (load average %.1f, %d cores): "

@@ -14,9 +14,11 @@ threads (interleaved blocks, medians of ``ROUNDS``; the units called in order on
 two streams with the runtime's hand-offs, ``_two_streams``), and ``choose_streams`` decides on those figures:
 
     two streams when they give at least ``MIN_GAIN`` (10 %) more frames per second over the app's scenarios
-    (geometric mean) on frames of at least ``MIN_FRAME_S`` (0.6 ms) on one thread (shorter ones pay the streams'
-    hand-offs, which the measurement misses), and a switch on them costs little: every scenario's frame on one
-    thread takes at most
+    (geometric mean), on frames of under ``CHECKED_FRAME_S`` (1 ms) on one thread only where plain ONNX Runtime's
+    two frames at once also beat its intra-op threads on the scenarios' own models by that much (there the
+    runtime's hand-offs of a frame between three threads cost about as much as the frame, which the units'
+    measurement does not see), and a switch on them costs little: every scenario's frame on one thread takes at
+    most
     ``MAX_SHORT_FRAME_S`` (5 ms: the new frame's wait for a free stream plus its one-thread run add less than
     such a frame), or, on frames of at most ``MAX_LONG_FRAME_S`` (50 ms) on one thread, the gain is large
     (``LARGE_GAIN``, 1.25: one stream would then run at most 0.8 of what plain ONNX Runtime's two frames at
@@ -34,18 +36,20 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 #: Two streams must give this many times the frames per second of one stream (geometric mean over scenarios).
 MIN_GAIN = 1.10
-#: ... on frames at least this long on one thread (the longest scenario's): below it the runtime's per-frame
-#: hand-offs between the caller's thread and two workers cost about as much as the frame, which the build's
-#: measurement does not see (tiny, 0.33-0.55 ms: measured 1.28x, ran 0.62x of one stream's frames on two;
-#: MobileNetV3-Small at 64x64, 0.74 ms: measured 1.34x, ran 1.39x of plain ONNX Runtime's better setting),
-MIN_FRAME_S = 0.0006
+#: ... and where the longest frame on one thread is under this, plain ONNX Runtime's two frames at once must beat its
+#: intra-op threads by as much on the scenarios' own models: on such frames the runtime's per-frame hand-offs between
+#: the caller's thread and two workers cost about as much as the frame, which the units' measurement does not see
+#: (tiny, 0.33-0.55 ms: measured 0.97-1.31x, ran 0.62x of one stream's frames on two, where plain ONNX Runtime's
+#: two frames ran 0.7-0.9x its threads; MobileNetV3-Small at 64x64: 1.34-1.94x measured, plain two frames 1.3-2.5x
+#: its threads, and sbrs on two streams 1.2-1.4x plain ONNX Runtime's better setting).
+CHECKED_FRAME_S = 0.001
 #: ... and every scenario's frame on one thread (two periods of two streams) must be at most this long,
 MAX_SHORT_FRAME_S = 0.005
 #: ... unless two streams give this much more, on frames of at most this long on one thread.
@@ -67,19 +71,33 @@ class ScenarioStreams:
 
     one_s: float
     two_s: float
+    plain_threads_s: float | None = None
+    plain_two_s: float | None = None
 
     @property
     def gain(self) -> float:
         return self.one_s / self.two_s
 
     @property
+    def plain_gain(self) -> float | None:
+        """Plain ONNX Runtime's two frames at once over its intra-op threads on the scenario's own model, where
+        measured (frames under ``CHECKED_FRAME_S``)."""
+        if self.plain_threads_s is None or self.plain_two_s is None:
+            return None
+        return self.plain_threads_s / self.plain_two_s
+
+    @property
     def one_thread_frame_s(self) -> float:
         """A frame's time on one stream of two (each stream runs a frame while the other runs another)."""
         return 2 * self.two_s
 
-    def to_dict(self) -> dict[str, float]:
+    def to_dict(self) -> dict[str, float | None]:
+        plain = self.plain_gain
         return {"one_stream_s": round(self.one_s, 7), "two_streams_s": round(self.two_s, 7),
-                "gain": round(self.gain, 4)}
+                "gain": round(self.gain, 4),
+                "plain_threads_s": None if self.plain_threads_s is None else round(self.plain_threads_s, 7),
+                "plain_two_frames_s": None if self.plain_two_s is None else round(self.plain_two_s, 7),
+                "plain_gain": None if plain is None else round(plain, 4)}
 
 
 @dataclass(frozen=True)
@@ -116,10 +134,16 @@ class StreamsChoice:
     def from_dict(cls, data: Mapping[str, Any]) -> StreamsChoice:
         figures = data.get("figures")
         return cls(int(data["streams"]), str(data["asked"]), str(data["reason"]),
-                   None if figures is None else {str(s): ScenarioStreams(float(f["one_stream_s"]),
-                                                                         float(f["two_streams_s"]))
-                                                 for s, f in figures.items()},
+                   None if figures is None else {s: _scenario_from_dict(f) for s, f in figures.items()},
                    None if data.get("load") is None else float(data["load"]))
+
+
+def _scenario_from_dict(data: Mapping[str, Any]) -> ScenarioStreams:
+    def seconds(key: str) -> float | None:
+        return None if data.get(key) is None else float(data[key])
+
+    return ScenarioStreams(float(data["one_stream_s"]), float(data["two_streams_s"]), seconds("plain_threads_s"),
+                           seconds("plain_two_frames_s"))
 
 
 def choose_streams(figures: Mapping[str, ScenarioStreams], load: float | None = None) -> StreamsChoice:
@@ -127,12 +151,15 @@ def choose_streams(figures: Mapping[str, ScenarioStreams], load: float | None = 
     two streams or one, with the reason."""
     gain = StreamsChoice(1, "auto", "", figures).gain or 1.0
     longest = max(f.one_thread_frame_s for f in figures.values())
+    plain = [f.plain_gain for f in figures.values() if f.plain_gain is not None]
+    plain_gain = math.exp(sum(math.log(g) for g in plain) / len(plain)) if plain else None
     said = f"two streams ran {gain:.2f}x the frames of one"
     if gain < MIN_GAIN:
         streams, reason = 1, f"{said}, under {MIN_GAIN:.2f}x: one stream"
-    elif longest < MIN_FRAME_S:
-        streams, reason = 1, (f"{said}, on frames of at most {longest * 1e3:.2f} ms on one thread, where the streams' "
-                              "hand-offs cost about as much as a frame: one stream")
+    elif longest < CHECKED_FRAME_S and (plain_gain or 0.0) < MIN_GAIN:
+        streams, reason = 1, (f"{said}, but on frames of at most {longest * 1e3:.2f} ms on one thread plain ONNX "
+                              f"Runtime's two frames at once ran {plain_gain or 0:.2f}x its threads, under "
+                              f"{MIN_GAIN:.2f}x: one stream (the streams' hand-offs cost about a frame)")
     elif longest <= MAX_SHORT_FRAME_S:
         streams, reason = 2, (f"{said}, on frames of at most {longest * 1e3:.2f} ms on one thread: a switch waiting "
                               "for a free stream costs less than such a frame")
@@ -196,14 +223,17 @@ def _two_streams(chain: Sequence[tuple[Any, dict[str, np.ndarray]]], frames: int
 
 
 def measure_streams(paths: Mapping[str, str], sequences: Mapping[str, Sequence[str]], providers: tuple[str, ...],
-                    threads: Callable[[str], int], *, optimized: bool,
-                    warm: frozenset[str]) -> dict[str, ScenarioStreams]:
+                    threads: Callable[[str], int], *, optimized: bool, warm: frozenset[str],
+                    plain: Mapping[str, str] | None = None) -> dict[str, ScenarioStreams]:
     """Each scenario of ``sequences`` (its unit ids in order; ``paths``: unit id → model file) timed one frame at
     a time on sessions of ``threads(unit)`` threads (the units in ``warm`` kept warm) and two frames at once on
-    one-thread sessions: medians of ``ROUNDS`` interleaved blocks."""
+    one-thread sessions: medians of ``ROUNDS`` interleaved blocks. Where the scenarios' frames are short
+    (``CHECKED_FRAME_S``) the scenarios' own model files in ``plain`` (scenario → file) are timed too, in plain
+    ONNX Runtime sessions: with its default options (intra-op threads on every core), and two frames at once on
+    one-thread sessions."""
     import statistics  # only a build measures
 
-    from sbrs.compile.unit_threads import random_feed
+    from sbrs.compile.unit_threads import numpy_type, random_feed
     from sbrs.ort_env import create_session
 
     rng = np.random.default_rng(0)
@@ -218,14 +248,34 @@ def measure_streams(paths: Mapping[str, str], sequences: Mapping[str, Sequence[s
                                              warm=unit in warm)
                 singles[unit] = create_session(paths[unit], providers, threads=1, optimized=optimized)
                 feeds[unit] = random_feed(pools[unit], rng)
-        one_chain = [(pools[u], feeds[u]) for u in units]
-        two_chain = [(singles[u], feeds[u]) for u in units]
-        first = max(_one_stream(one_chain, 2), 1e-6)  # warms both; the block sizes follow from it
-        _two_streams(two_chain, 1)
-        frames = max(1, math.ceil(MIN_BLOCK_S / first))
-        samples: dict[str, list[float]] = {"one": [], "two": []}
-        for _ in range(ROUNDS):
-            samples["one"].append(_one_stream(one_chain, frames))
-            samples["two"].append(_two_streams(two_chain, max(2, frames // 2)))
-        figures[scenario] = ScenarioStreams(statistics.median(samples["one"]), statistics.median(samples["two"]))
+        one_s, two_s = _interleaved([(pools[u], feeds[u]) for u in units], [(singles[u], feeds[u]) for u in units],
+                                    statistics.median)
+        figures[scenario] = ScenarioStreams(one_s, two_s)
+    if plain and max(f.one_thread_frame_s for f in figures.values()) < CHECKED_FRAME_S:
+        import onnxruntime as ort
+
+        one_thread = ort.SessionOptions()
+        one_thread.intra_op_num_threads = 1
+        for scenario, path in plain.items():
+            threaded = ort.InferenceSession(path, providers=list(providers))  # ONNX Runtime's defaults, as a user's
+            single = ort.InferenceSession(path, one_thread, providers=list(providers))
+            feed = {i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(
+                numpy_type(i.type)) for i in threaded.get_inputs()}
+            threads_s, two_s = _interleaved([(threaded, feed)], [(single, feed)], statistics.median)
+            figures[scenario] = replace(figures[scenario], plain_threads_s=threads_s, plain_two_s=two_s)
     return figures
+
+
+def _interleaved(one_chain: Sequence[tuple[Any, dict[str, np.ndarray]]],
+                 two_chain: Sequence[tuple[Any, dict[str, np.ndarray]]],
+                 reduce: Callable[[list[float]], float]) -> tuple[float, float]:
+    """Seconds per frame of ``one_chain`` one frame at a time and of ``two_chain`` two at once: ``reduce`` of
+    ``ROUNDS`` interleaved blocks of at least ``MIN_BLOCK_S``."""
+    first = max(_one_stream(one_chain, 2), 1e-6)  # warms both; the block sizes follow from it
+    _two_streams(two_chain, 1)
+    frames = max(1, math.ceil(MIN_BLOCK_S / first))
+    samples: dict[str, list[float]] = {"one": [], "two": []}
+    for _ in range(ROUNDS):
+        samples["one"].append(_one_stream(one_chain, frames))
+        samples["two"].append(_two_streams(two_chain, max(2, frames // 2)))
+    return reduce(samples["one"]), reduce(samples["two"])

@@ -74,11 +74,11 @@ def measure_unit_threads(paths: Mapping[str, str], providers: tuple[str, ...], t
 
 def random_feed(session: object, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Random inputs of ``session``'s shapes and types (a unit's inputs have fixed shapes)."""
-    return {i.name: rng.standard_normal([int(d) for d in i.shape]).astype(_numpy_type(i.type))
+    return {i.name: rng.standard_normal([int(d) for d in i.shape]).astype(numpy_type(i.type))
             for i in session.get_inputs()}  # type: ignore[attr-defined]
 
 
-def _numpy_type(onnx_type: str) -> np.dtype:
+def numpy_type(onnx_type: str) -> np.dtype:
     """numpy's dtype for ONNX Runtime's ``tensor(float)``-style type names."""
     names = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
              "tensor(int8)": np.int8, "tensor(uint8)": np.uint8, "tensor(int32)": np.int32,
