@@ -99,10 +99,24 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     elif args.table:
         print(format_capture_table(moc))
     else:
-        from sbrs.report.summary import app_summary, format_summary, plan_for
+        from sbrs.report.summary import MAX_LINES, app_summary, format_summary, plan_for
 
-        print(format_summary(app_summary(app, moc, plan_for(app))))
+        print(format_summary(app_summary(app, moc, plan_for(app)), MAX_LINES - 1))  # one screen with the next line
+        print(_streams_line(args.app, str(app.config.runtime.streams)))
     return 0
+
+
+def _streams_line(app_path: str, asked: str) -> str:
+    """How many frames the app's runtime keeps in flight (``runtime.streams``) and why: its current build's
+    choice (under ``auto``, measured by ``sbrs build``), or what it asks while it has none."""
+    from sbrs.artifact.read import build_dir, verify_build
+
+    try:
+        choice = verify_build(build_dir(app_path), app_path)["streams"]
+    except InputError:
+        return (f"runtime.streams: {asked}" + (" (measured by `sbrs build`: no current build yet, one stream until "
+                                               "then)" if asked == "auto" else ""))
+    return f"runtime.streams: {asked} → {choice['streams']} in the build ({choice['reason']})"
 
 
 ADAPTIVE_SETS = (("I", "O", "par"), ("I", "O"))
@@ -180,6 +194,9 @@ def _build_text(result: Any) -> str:
 
         lines.append(format_reduction(reduction))
         lines.append(f"the chosen band heights are saved in the plan ({result.plan_path})")
+    streams = built["streams"]
+    load = "" if streams.get("load") is None else f", measured at load average {streams['load']:.1f}"
+    lines.append(f"streams: {streams['streams']} (runtime.streams: {streams['asked']}; {streams['reason']}{load})")
     footprint = built["footprint"]
     lines.append(f"plan of what the runtime holds: parameters as executed {_mb(footprint['params_bytes'])} + tensors "
                  f"{_mb(footprint['tensors_bytes'])} (every tensor, those inside ONNX Runtime calls too) + transition "

@@ -202,7 +202,7 @@ def write_derived_app(folder: Path, frames: int | None = 4, seed: int = 0) -> Pa
 FORBIDDEN = ("onnx", "pydantic", "sbrs.zoo", "sbrs.reduction", "deap", "sbrs.model.onnx_import",
              # compile-time stages and file parsing: a build carries their results
              "yaml", "sbrs.moc.derive", "sbrs.memory.arena", "sbrs.memory.app_plan", "sbrs.compile.layout",
-             "sbrs.compile.parts", "sbrs.compile.unit_plan", "sbrs.reduction.search",
+             "sbrs.compile.parts", "sbrs.compile.unit_plan", "sbrs.reduction.search", "sbrs.compile.transitions",
              # the control socket's event loop, with --no-socket
              "asyncio", "socket", "concurrent.futures", "shutil", "sbrs.server.server",
              # device memory: OpenSSL's libcrypto (sbrs.digest) and numpy.random's libraries (synthetic frames)

@@ -109,7 +109,8 @@ class RuntimeOptions:
     threads, nothing process-wide) or ``process`` (ONNX Runtime's global pool, refusing the application's own
     sessions; ``sbrs.ort_env``). ``streams``: frames in flight at once in ``process`` (``sbrs.runtime.streams``):
     1, one frame at a time; 2, two, each in an arena of its own, on one-thread sessions (execution units) or as
-    the search chooses (by parts); None (default): one for execution units, the search's choice by parts.
+    the search chooses (by parts); ``auto`` (default): for execution units, what ``sbrs build`` measured faster
+    (``sbrs.compile.unit_streams``; one stream without a build), by parts the search's choice.
     ``session``: ``units`` (default), the execution units above; ``one``, the app as one ONNX graph run by one
     session (``sbrs.compile.one_graph``)."""
 
@@ -121,7 +122,7 @@ class RuntimeOptions:
     switch_steps: int | None = None
     on_switch: str = "finish"
     threads_scope: str = "session"
-    streams: int | None = None
+    streams: int | str = "auto"
     session: str = "units"
 
     @property
@@ -137,17 +138,20 @@ class RuntimeOptions:
     def _unit_defaults(self) -> tuple[float, int]:
         return UNIT_DEFAULTS_CPU if self.providers[0] == "CPUExecutionProvider" else UNIT_DEFAULTS_GPU
 
-    def max_streams(self, *, by_parts: bool) -> int:
+    def max_streams(self, *, by_parts: bool, measured: int | None = None) -> int:
         """The most frames a runtime keeps in flight (``sbrs.runtime.streams``), the one rule for the search,
         the plan and the runtime. One where a switch gives the frame in flight up or resumes it (``on_switch``)
-        or the app asks for one (``streams: 1``). Else two: execution units where the app asks for them
-        (``streams: 2``: their sessions then have one thread each); by parts unless the app keeps its sessions
-        to one thread (``threads: 1``), the search choosing between one and two."""
+        or the app asks for one (``streams: 1``). Else, by parts, two unless the app keeps its sessions to one
+        thread (``threads: 1``), the search choosing between one and two; execution units: two where the app
+        asks for them (``streams: 2``: their sessions then have one thread each), and under ``auto`` the
+        build's ``measured`` choice (``sbrs.compile.unit_streams``), one where there is none."""
         if self.on_switch != "finish" or self.streams == 1:
             return 1
         if by_parts:
             return 1 if self.threads is not None and self.threads < 2 else 2
-        return 2 if self.streams == 2 else 1
+        if self.streams == 2:
+            return 2
+        return measured or 1
 
 
 @dataclass(frozen=True)

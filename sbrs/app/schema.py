@@ -154,7 +154,7 @@ class RuntimeEntry(Strict):
     switch_steps: Annotated[StrictInt, Field(ge=1, le=64)] | None = None
     on_switch: Literal["finish", "cancel", "resume"] = "finish"
     threads_scope: Literal["session", "process"] = "session"
-    streams: Literal[1, 2] | None = None
+    streams: Literal[1, 2, "auto"] = "auto"
     session: Literal["units", "one"] = "units"
 
 

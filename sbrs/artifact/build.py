@@ -126,6 +126,7 @@ def build_app(app_path: str | Path, *, memory_limit_mb: float | None = None,
                            "band_streams": int(parts["reduction"].get("streams", 1)),
                            "transition_cut": parts["reduction"].get("transition_cut")},
                        "footprint": manifest["footprint"],
+                       "streams": manifest["streams"],
                        "figures": "params, naive, Algorithm 8, arena and lower bound are planned from the "
                                   "models; the footprint is the plan of what the runtime holds (parameters as "
                                   "executed, every tensor, transition room); `sbrs bench` measures the process"}

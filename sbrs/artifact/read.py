@@ -53,15 +53,16 @@ if TYPE_CHECKING:
     from sbrs.app.config import AppConfig
     from sbrs.compile.footprint import Footprint
     from sbrs.compile.parts_plan import PartsPlan
-    from sbrs.compile.transitions import TransitionPlan
+    from sbrs.compile.tables import TransitionPlan
     from sbrs.compile.units import UnitPlan
 
 logger = logging.getLogger(__name__)
 
-#: 8: ``runtime.share_min_mb``/``switch_steps`` left out default by provider (one unit per scenario on a GPU);
-#: 7: edge models of band calls (``BandCall.edge``); 6: the plan's footprint (``footprint``); 5: processing by
-#: parts as one PartsPlan (``parts``)
-FORMAT = 8
+#: 9: ``runtime.streams: auto`` (the default) and the build's choice with its figures (``streams``); 8:
+#: ``runtime.share_min_mb``/``switch_steps`` left out default by provider (one unit per scenario on a GPU); 7: edge
+#: models of band calls (``BandCall.edge``); 6: the plan's footprint (``footprint``); 5: processing by parts as
+#: one PartsPlan (``parts``)
+FORMAT = 9
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.bin"
 #: The file name ending of ONNX Runtime's optimised form of a model file of the build (``<stem>`` + this).
@@ -145,6 +146,8 @@ class LoadedBuild:
     optimized_here: bool = False  # ... and it is this one: the runtime loads those
     footprint: Footprint | None = None  # the plan as sbrs.compile.footprint defines it
     unit_threads: Mapping[str, int] = field(default_factory=dict)  # units measured faster on fewer threads
+    streams: int = 1  # frames in flight at once (``runtime.streams``; under auto the build measured them)
+    streams_choice: Mapping[str, Any] | None = None  # why (``sbrs.compile.unit_streams.StreamsChoice.to_dict``)
 
     def model_path(self, name: str) -> str:
         """The file to load for the build's model file ``name`` (``u1.onnx``, ``c<key>.onnx``): its optimised
@@ -219,7 +222,7 @@ def load_build(app_path: str | Path, folder: Path | None = None) -> LoadedBuild:
     """The verified build of ``app_path`` (``build_dir`` by default)."""
     from sbrs.compile.footprint import Footprint
     from sbrs.compile.one_plan import plan_from_dict
-    from sbrs.compile.transitions import TransitionPlan
+    from sbrs.compile.tables import TransitionPlan
 
     folder = folder or build_dir(app_path)
     manifest = verify_build(folder, app_path)
@@ -241,7 +244,8 @@ def load_build(app_path: str | Path, folder: Path | None = None) -> LoadedBuild:
             parts=parts,
             optimized_for=manifest["optimized_for"], optimized_here=optimized_here(manifest),
             footprint=Footprint.from_dict(manifest["footprint"]),
-            unit_threads={str(u): int(t) for u, t in manifest.get("unit_threads", {}).items()})
+            unit_threads={str(u): int(t) for u, t in manifest.get("unit_threads", {}).items()},
+            streams=int(manifest["streams"]["streams"]), streams_choice=manifest["streams"])
     except (KeyError, TypeError, ValueError, AttributeError):
         raise refuse(folder, app_path, f"{MANIFEST} lacks fields of a build (damaged)") from None
     why = limit_mismatch(build.config, build.memory_limit_bytes)

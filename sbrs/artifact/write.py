@@ -32,6 +32,7 @@ from sbrs.artifact.read import (
     input_record,
     manifest_checksum,
 )
+from sbrs.compile.unit_streams import StreamsChoice
 from sbrs.compile.units import UnitPlan
 from sbrs.log import Progress
 
@@ -193,6 +194,52 @@ def _measured_unit_threads(app: App, plan: UnitPlan, staging: Path, optimized: b
     return measure_unit_threads(paths, providers, cores, optimized=optimized, warm=whole_frame_units(plan.sequences))
 
 
+def _chosen_streams(app: App, plan: UnitPlan, staging: Path, optimized: bool, unit_threads: Mapping[str, int],
+                    limit_bytes: int | None) -> StreamsChoice:
+    """How many streams the build's units run (``runtime.streams``; ``sbrs.compile.unit_streams``): what the app
+    asks, or under ``auto`` one stream or two as measured here on the build's unit files. Not measured (one
+    stream): a switch gives the frame in flight up or resumes it (one frame at a time), the app shares ONNX
+    Runtime's pool or runs on another provider, the machine has one core, or two arenas would break the
+    app's memory limit."""
+    from sbrs.compile.unit_streams import StreamsChoice, choose_streams, measure_streams
+    from sbrs.compile.unit_threads import whole_frame_units
+    from sbrs.model import params_bytes
+    from sbrs.ort_env import CPU_PROVIDER, resolve_providers
+
+    runtime = app.config.runtime
+    asked = str(runtime.streams)
+    if runtime.streams != "auto":
+        streams = runtime.max_streams(by_parts=False)
+        return StreamsChoice(streams, asked, f"runtime.streams: {asked}"
+                             + ("" if streams == int(asked) else f" (one with on_switch: {runtime.on_switch})"))
+    providers = resolve_providers(tuple(runtime.providers), where=app.config.path)
+    cores = os.cpu_count() or 1
+    why_one = ("not measured with session: one (the app's one graph takes its scenario as an input)"
+               if runtime.session == "one" else
+               f"on_switch: {runtime.on_switch} runs one frame at a time" if runtime.on_switch != "finish" else
+               "the app runs on ONNX Runtime's global pool (threads_scope: process)"
+               if runtime.threads_scope != "session" else
+               f"not measured on {providers[0]}" if providers != (CPU_PROVIDER,) else
+               "this machine has one core" if cores < 2 else
+               "two arenas would break memory_limit_mb" if limit_bytes is not None
+               and params_bytes(app.models.values()) + 2 * plan.arena_bytes > limit_bytes else None)
+    if why_one is not None:
+        return StreamsChoice(1, asked, why_one)
+    suffix = OPTIMIZED_SUFFIX if optimized else ".onnx"
+    threads = runtime.threads or cores
+    load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+    figures = measure_streams({unit.id: str(staging / f"{unit.id}{suffix}") for unit in plan.units}, plan.sequences,
+                              providers, lambda unit: min(threads, unit_threads.get(unit, threads)),
+                              optimized=optimized, warm=whole_frame_units(plan.sequences),
+                              plain={s.name: s.model_path for s in app.config.scenarios})
+    choice = choose_streams(figures, load)
+    if choice.busy(cores):
+        logger.warning("sbrs build: runtime.streams: auto measured %s on a busy machine (load average %.1f, %d cores): "
+                       "the choice (%d) is that machine's; build again when it is quiet, or set runtime.streams",
+                       app.name, load, cores, choice.streams)
+    return choice
+
+
 def _share_optimized_weights(models: list[Path], shared: Path) -> None:
     """Move the weights of the optimised models (each written with its own ``<model>.bin``) into ``shared``,
     each distinct tensor once and page-aligned, as ``weights.bin`` holds the portable ones.
@@ -321,6 +368,10 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
         optimized_for, not_optimized = _save_optimized_models(app, staging)
         unit_threads = {} if plan is None or one else _measured_unit_threads(app, plan, staging,
                                                                               optimized_for is not None)
+        limit = None if reduction is None else int(reduction["memory_limit_bytes"])
+        streams = (StreamsChoice(parts.streams, str(app.config.runtime.streams), "chosen by the search under the "
+                                 "memory limit (band streams)") if parts is not None
+                   else _chosen_streams(app, run_plan, staging, optimized_for is not None, unit_threads, limit))
         files = {record.pop("path"): record for record in
                  (input_record(path, staging) for path in sorted(staging.iterdir()) if path.is_file())}
         manifest: dict[str, Any] = {
@@ -340,11 +391,12 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
             "memory_limit_bytes": None if reduction is None else int(reduction["memory_limit_bytes"]),
             "parts": None if parts is None else parts.to_dict(),
             "footprint": (parts_footprint(parts) if parts is not None else units_footprint(
-                app.models, run_plan, app.config.runtime.max_streams(by_parts=False))).to_dict(),
+                app.models, run_plan, streams.streams)).to_dict(),
             "weights_bytes": (staging / WEIGHTS).stat().st_size,
             "optimized_for": optimized_for,
             "not_optimized": not_optimized,
             "unit_threads": unit_threads,
+            "streams": streams.to_dict(),
             "files": files,
         }
         manifest["checksum"] = manifest_checksum(manifest)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:  # compile-time values, kept beside a plan compiled in memory, never in a build
-    from sbrs.compile.transitions import StepAccess, TransitionPlan
+    from sbrs.compile.tables import StepAccess, TransitionPlan
     from sbrs.memory import ArenaPlan, Problem
 
 __all__ = ["FEED", "GRANULARITY", "MODELS_APP", "NCHW", "ROWS", "TO_NCHW", "TO_ROWS", "BandCall", "LineBuffer",
@@ -296,7 +296,7 @@ class PartsPlan:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PartsPlan:
-        from sbrs.compile.transitions import TransitionPlan  # light: the tables' dataclasses
+        from sbrs.compile.tables import TransitionPlan
 
         transitions = data["transitions"]
         return cls(str(data["app"]), {str(s): ScenarioParts.from_dict(p) for s, p in data["scenarios"].items()},
@@ -312,7 +312,7 @@ def parts_accesses(parts: ScenarioParts) -> tuple[StepAccess, ...]:
     share one session). A feed writes the input rows it copies (its frame rows come from the caller's array,
     outside the arena); with a streamed input step 1 does not write the whole input buffer.
     """
-    from sbrs.compile.transitions import StepAccess
+    from sbrs.compile.tables import StepAccess
 
     buffers = {b.tensor: b for b in parts.buffers}
 

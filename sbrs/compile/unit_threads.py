@@ -72,7 +72,7 @@ def _one_thread_faster(path: str, providers: tuple[str, ...], threads: int, opti
     from sbrs.ort_env import create_session
 
     pool = create_session(path, providers, threads=threads, optimized=optimized, warm=warm)
-    feed = {i.name: _random_input(rng, [int(d) for d in i.shape], _numpy_type(i.type)) for i in pool.get_inputs()}
+    feed = random_feed(pool, rng)
     first = _block(pool, feed, 3)
     if first > MEASURED_MAX_S:
         return False
@@ -140,7 +140,13 @@ def _random_input(rng: np.random.Generator, shape: list[int], dtype: np.dtype) -
 _INTEGER_TYPES = frozenset({2, 3, 4, 5, 6, 7, 9, 12, 13})
 
 
-def _numpy_type(onnx_type: str) -> np.dtype:
+def random_feed(session: object, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Random inputs of ``session``'s shapes and types (a unit's inputs have fixed shapes)."""
+    return {i.name: _random_input(rng, [int(d) for d in i.shape], numpy_type(i.type))
+            for i in session.get_inputs()}  # type: ignore[attr-defined]
+
+
+def numpy_type(onnx_type: str) -> np.dtype:
     """numpy's dtype for ONNX Runtime's ``tensor(float)``-style type names."""
     names = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
              "tensor(int8)": np.int8, "tensor(uint8)": np.uint8, "tensor(int32)": np.int32,

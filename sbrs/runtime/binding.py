@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import onnxruntime as ort
 
     from sbrs.compile.parts_plan import LineBuffer, PartsPlan
-    from sbrs.compile.transitions import StepAccess
+    from sbrs.compile.tables import StepAccess
     from sbrs.compile.units import UnitPlan
 
 #: One arena byte range: (tensor, start, end) relative to the arena's base, end exclusive.
@@ -56,7 +56,7 @@ class Bound:
 
     def step_accesses(self) -> dict[str, tuple[StepAccess, ...]]:
         """Each scenario's steps as the bytes really bound (``StepAccess``, offsets from the arena's base)."""
-        from sbrs.compile.transitions import StepAccess
+        from sbrs.compile.tables import StepAccess
 
         return {scenario: tuple(StepAccess(name, tuple(self.accesses[(scenario, step)][0]),
                                            tuple(self.accesses[(scenario, step)][1]))

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnxruntime as ort
 
-from sbrs.compile.transitions import TRANSITION_MODES, ResumeTable, TransitionPlan, resume_tables
+from sbrs.compile.tables import TRANSITION_MODES, ResumeTable, TransitionPlan
 from sbrs.compile.unit_threads import whole_frame_units
 from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.ort_env import (
@@ -119,8 +119,9 @@ class Program:
     optimised form for this machine. ``release``: hand freed memory back after each session (loading a build
     of units: ONNX Runtime frees its load-time copies when a session is ready, so the process's peak stays
     near one unit's copies). ``footprint``: the plan of what the runtime holds (``sbrs.compile.footprint``).
-    ``unit_threads``: the units the build measured faster on fewer threads (``sbrs.compile.unit_threads``). A
-    runtime keeps nothing of its program but the plan, tables and figures."""
+    ``unit_threads``: the units the build measured faster on fewer threads (``sbrs.compile.unit_threads``).
+    ``streams``: the streams the build chose for ``runtime.streams: auto`` (``sbrs.compile.unit_streams``; None:
+    no build, one stream). A runtime keeps nothing of its program but the plan, tables and figures."""
 
     plan: UnitPlan | PartsPlan
     transitions: TransitionPlan
@@ -131,6 +132,7 @@ class Program:
     release: bool = False
     footprint: Footprint | None = None
     unit_threads: Mapping[str, int] = field(default_factory=dict)
+    streams: int | None = None
 
 
 #: ``FrameResult._value`` before its first read.
@@ -266,7 +268,8 @@ class Runtime:
         # which needs one frame at a time.
         streams = 1
         if self.on_switch == "finish":
-            streams = plan.streams if by_parts else config.runtime.max_streams(by_parts=False)  # type: ignore[union-attr]
+            streams = (plan.streams if by_parts  # type: ignore[union-attr]
+                       else config.runtime.max_streams(by_parts=False, measured=program.streams))
         threads = 1 if by_parts or streams > 1 else self.thread_pool.count
         # a unit that is a scenario's whole frame is called frame after frame: its pool stays warm (sbrs.ort_env)
         whole_frames = frozenset() if by_parts else whole_frame_units(plan.sequences)  # type: ignore[union-attr]
@@ -312,6 +315,8 @@ class Runtime:
         # and which steps of o a request for n lets finish (``_interrupt_resume``)
         self._resume: dict[tuple[str, str], ResumeTable] = {}
         if self.on_switch == "resume" and not by_parts:
+            from sbrs.compile.transitions import resume_tables  # the analysis, only where a run resumes
+
             self._resume = resume_tables(plan)  # type: ignore[arg-type]
         self._resume_keep: dict[tuple[str, str], tuple[bool, ...]] = {
             pair: tuple(step > 0 and r >= step for step, r in enumerate(table.after))

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from sbrs.artifact.read import LoadedBuild
     from sbrs.compile.parts import Tiles
     from sbrs.compile.parts_plan import PartsPlan
-    from sbrs.compile.transitions import TransitionPlan
+    from sbrs.compile.tables import TransitionPlan
     from sbrs.model.cnn import CnnModel
     from sbrs.runtime.engine import Program, Runtime
     from sbrs.runtime.events import RunObserver
@@ -222,7 +222,7 @@ def build_program(build: LoadedBuild, *, granularity: str | None, transition: st
                          f"options wanted or load the app", field="build")
     return Program(plan, transitions, build.model_bytes, build.unit_path, build.shadow,
                    optimized=build.optimized_here, release=True, footprint=build.footprint,
-                   unit_threads=build.unit_threads), mode
+                   unit_threads=build.unit_threads, streams=build.streams), mode
 
 
 def models_program(models: Mapping[str, CnnModel], band_rows: Mapping[str, Mapping[str, int]] | None, *,

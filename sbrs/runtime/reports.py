@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sbrs.compile.transitions import StepAccess
+    from sbrs.compile.tables import StepAccess
     from sbrs.runtime.engine import Runtime
 
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sbrs.compile.transitions import PairTable
+from sbrs.compile.tables import PairTable
 from sbrs.runtime.control_node import SwitchRequest
 
 if TYPE_CHECKING:

@@ -83,7 +83,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert config.initial == "only" and config.adaptive == ("I", "O", "par")
     assert config.runtime.providers == ("CPUExecutionProvider",) and config.runtime.granularity == "auto"
     assert config.runtime.threads_scope == "session"  # sbrs changes nothing process-wide unless asked to
-    assert config.runtime.streams is None  # one frame at a time for units, the search's choice by parts
+    assert config.runtime.streams == "auto"  # for units the build's measured choice, by parts the search's
     assert config.scenario("only").requirements.accuracy == 1.0
     # left out: the provider's defaults (a GPU's in tests/compile/test_units.py); given: kept as given
     assert (config.runtime.share_min_mb, config.runtime.switch_steps) == (None, None)
@@ -131,7 +131,7 @@ BAD_CASES = [
     ("unknown threads scope", lambda d: _edit(d, "transition: sbrs-tp}", "transition: sbrs-tp, threads_scope: global}"),
      "runtime.threads_scope: Input should be 'session' or 'process'", 11),
     ("three streams", lambda d: _edit(d, "transition: sbrs-tp}", "transition: sbrs-tp, streams: 3}"),
-     "runtime.streams: Input should be 1 or 2", 11),
+     "runtime.streams: Input should be 1, 2 or 'auto'", 11),
     ("negative fps", lambda d: _edit(d, "fps: 15.4", "fps: -1"), "characteristics.fps: Input should be greater than 0", 9),
     ("missing required key", lambda d: _edit(d, "name: demo\n", ""), "name: required key is missing", None),
     ("invalid YAML", lambda d: _edit(d, "initial: big", "initial: [big"), "invalid YAML", None),

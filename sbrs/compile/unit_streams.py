@@ -1,0 +1,281 @@
+"""One stream or two for an app's execution units (``runtime.streams: auto``), measured when the build is made.
+
+One stream runs one frame at a time, each unit on its session's threads (``runtime.threads``, or one where the
+build measured that faster: ``sbrs.compile.unit_threads``), and a switch under SBRS-TP starts the new scenario's
+frame while the old one finishes (``sbrs.runtime.switching``). Two streams run two frames at once on one-thread
+sessions (``sbrs.runtime.streams``): the setting of plain ONNX Runtime's "two frames at once", which wins where a
+model's layers parallelise poorly (pamap2, detect, MobileNetV3 at 64×64: 1.2-1.7x the frames of two intra-op
+threads on this 2-core machine), and loses nothing where they parallelise well only if the second frame keeps
+the second core as busy as the pool did (ResNet-18: it does not). A switch on two streams waits for a free
+stream, without SBRS-TP's overlap, and its new frame runs on one thread.
+
+The build times each scenario's frame both ways on the build's own unit files, with the machinery of the unit
+threads (interleaved blocks, medians of ``ROUNDS``; the units called in order on random inputs of their shapes;
+two streams with the runtime's hand-offs, ``_two_streams``), and ``choose_streams`` decides on those figures:
+
+    two streams when they give at least ``MIN_GAIN`` (10 %) more frames per second over the app's scenarios
+    (geometric mean), on frames of under ``CHECKED_FRAME_S`` (1 ms) on one thread only where plain ONNX Runtime's
+    two frames at once also beat its intra-op threads on the scenarios' own models by that much (there the
+    runtime's hand-offs of a frame between three threads cost about as much as the frame, which the units'
+    measurement does not see), and a switch on them costs little: every scenario's frame on one thread takes at
+    most
+    ``MAX_SHORT_FRAME_S`` (5 ms: the new frame's wait for a free stream plus its one-thread run add less than
+    such a frame), or, on frames of at most ``MAX_LONG_FRAME_S`` (50 ms) on one thread, the gain is large
+    (``LARGE_GAIN``, 1.25: one stream would then run at most 0.8 of what plain ONNX Runtime's two frames at
+    once reach); else one stream, whose SBRS-TP switch matters more on long frames (drone's ResNet-18 scenarios:
+    0.73-0.80 of plain ONNX Runtime's Δ on one stream; detect on two streams 1.79x), and above all on the
+    longest (multi-cnn's ResNet-50, 0.1-0.2 s a frame on one thread: a switch would wait for such a frame).
+
+The choice and its figures go in the build's manifest (``streams``); ``runtime.streams: 1`` or ``2`` is never
+measured. Timing decides only what the build records, never a test (tests check ``choose_streams`` on figures).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+#: Two streams must give this many times the frames per second of one stream (geometric mean over scenarios).
+MIN_GAIN = 1.10
+#: ... and where the longest frame on one thread is under this, plain ONNX Runtime's two frames at once must beat its
+#: intra-op threads by as much on the scenarios' own models: on such frames the runtime's per-frame hand-offs between
+#: the caller's thread and two workers cost about as much as the frame, which the units' measurement does not see
+#: (tiny, 0.33-0.55 ms: measured 0.97-1.31x, ran 0.62x of one stream's frames on two, where plain ONNX Runtime's
+#: two frames ran 0.7-0.9x its threads; MobileNetV3-Small at 64x64: 1.34-1.94x measured, plain two frames 1.3-2.5x
+#: its threads, and sbrs on two streams 1.2-1.4x plain ONNX Runtime's better setting).
+CHECKED_FRAME_S = 0.001
+#: ... and every scenario's frame on one thread (two periods of two streams) must be at most this long,
+MAX_SHORT_FRAME_S = 0.005
+#: ... unless two streams give this much more, on frames of at most this long on one thread.
+LARGE_GAIN = 1.25
+MAX_LONG_FRAME_S = 0.05
+#: Interleaved rounds per scenario, and the shortest timed block (seconds); blocks of two streams hold at least
+#: two frames per stream.
+ROUNDS = 7
+MIN_BLOCK_S = 0.03
+#: A build measures on a busy machine when its load average is above this many times its cores (on this 2-core
+#: machine at load 9-10, drone's ResNet-18 scenarios ran 1.70x on two streams; on a quiet one they win nothing).
+BUSY_LOAD = 1.0
+
+
+@dataclass(frozen=True)
+class ScenarioStreams:
+    """A scenario's frame measured both ways: seconds per frame one at a time (``one_s``) and with two frames at
+    once on one-thread sessions (``two_s``: the period, one over the frames per second of both streams)."""
+
+    one_s: float
+    two_s: float
+    plain_threads_s: float | None = None
+    plain_two_s: float | None = None
+
+    @property
+    def gain(self) -> float:
+        return self.one_s / self.two_s
+
+    @property
+    def plain_gain(self) -> float | None:
+        """Plain ONNX Runtime's two frames at once over its intra-op threads on the scenario's own model, where
+        measured (frames under ``CHECKED_FRAME_S``)."""
+        if self.plain_threads_s is None or self.plain_two_s is None:
+            return None
+        return self.plain_threads_s / self.plain_two_s
+
+    @property
+    def one_thread_frame_s(self) -> float:
+        """A frame's time on one stream of two (each stream runs a frame while the other runs another)."""
+        return 2 * self.two_s
+
+    def to_dict(self) -> dict[str, float | None]:
+        plain = self.plain_gain
+        return {"one_stream_s": round(self.one_s, 7), "two_streams_s": round(self.two_s, 7),
+                "gain": round(self.gain, 4),
+                "plain_threads_s": None if self.plain_threads_s is None else round(self.plain_threads_s, 7),
+                "plain_two_frames_s": None if self.plain_two_s is None else round(self.plain_two_s, 7),
+                "plain_gain": None if plain is None else round(plain, 4)}
+
+
+@dataclass(frozen=True)
+class StreamsChoice:
+    """How many streams a build of execution units runs and why: ``asked`` (app.yaml's ``runtime.streams``:
+    ``auto``, 1 or 2), ``streams`` (the runtime's), ``reason`` (one sentence) and, where measured, ``figures``
+    per scenario with their ``gain`` (geometric mean of the scenarios' gains) and the machine's ``load`` (its
+    1-minute load average as the measuring began: above its cores, the figures are those of a busy machine,
+    where intra-op threads wait for each other and two streams win far more than on a quiet one)."""
+
+    streams: int
+    asked: str
+    reason: str
+    figures: Mapping[str, ScenarioStreams] | None = None
+    load: float | None = None
+
+    def busy(self, cores: int) -> bool:
+        """Whether the figures were measured on a machine busier than it has cores (``BUSY_LOAD``)."""
+        return self.load is not None and self.load > BUSY_LOAD * cores
+
+    @property
+    def gain(self) -> float | None:
+        if not self.figures:
+            return None
+        return math.exp(sum(math.log(f.gain) for f in self.figures.values()) / len(self.figures))
+
+    def to_dict(self) -> dict[str, Any]:
+        gain = self.gain
+        return {"streams": self.streams, "asked": self.asked, "reason": self.reason,
+                "gain": None if gain is None else round(gain, 4), "load": self.load,
+                "figures": None if self.figures is None else {s: f.to_dict() for s, f in self.figures.items()}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StreamsChoice:
+        figures = data.get("figures")
+        return cls(int(data["streams"]), str(data["asked"]), str(data["reason"]),
+                   None if figures is None else {s: _scenario_from_dict(f) for s, f in figures.items()},
+                   None if data.get("load") is None else float(data["load"]))
+
+
+def _scenario_from_dict(data: Mapping[str, Any]) -> ScenarioStreams:
+    def seconds(key: str) -> float | None:
+        return None if data.get(key) is None else float(data[key])
+
+    return ScenarioStreams(float(data["one_stream_s"]), float(data["two_streams_s"]), seconds("plain_threads_s"),
+                           seconds("plain_two_frames_s"))
+
+
+def choose_streams(figures: Mapping[str, ScenarioStreams], load: float | None = None) -> StreamsChoice:
+    """The rule of the module docstring on measured ``figures`` (``load``: the machine's, recorded beside them):
+    two streams or one, with the reason."""
+    gain = StreamsChoice(1, "auto", "", figures).gain or 1.0
+    longest = max(f.one_thread_frame_s for f in figures.values())
+    plain = [f.plain_gain for f in figures.values() if f.plain_gain is not None]
+    plain_gain = math.exp(sum(math.log(g) for g in plain) / len(plain)) if plain else None
+    said = f"two streams ran {gain:.2f}x the frames of one"
+    if gain < MIN_GAIN:
+        streams, reason = 1, f"{said}, under {MIN_GAIN:.2f}x: one stream"
+    elif longest < CHECKED_FRAME_S and (plain_gain or 0.0) < MIN_GAIN:
+        streams, reason = 1, (f"{said}, but on frames of at most {longest * 1e3:.2f} ms on one thread plain ONNX "
+                              f"Runtime's two frames at once ran {plain_gain or 0:.2f}x its threads, under "
+                              f"{MIN_GAIN:.2f}x: one stream (the streams' hand-offs cost about a frame)")
+    elif longest <= MAX_SHORT_FRAME_S:
+        streams, reason = 2, (f"{said}, on frames of at most {longest * 1e3:.2f} ms on one thread: a switch waiting "
+                              "for a free stream costs less than such a frame")
+    elif longest > MAX_LONG_FRAME_S:
+        streams, reason = 1, (f"{said}, on frames of up to {longest * 1e3:.0f} ms on one thread: a switch waiting for "
+                              "such a frame costs more, one stream keeps SBRS-TP's faster switch")
+    elif gain >= LARGE_GAIN:
+        streams, reason = 2, (f"{said} (at least {LARGE_GAIN:.2f}x), on frames of up to {longest * 1e3:.1f} ms on "
+                              "one thread")
+    else:
+        streams, reason = 1, (f"{said}, under {LARGE_GAIN:.2f}x on frames of up to {longest * 1e3:.1f} ms on one "
+                              "thread: one stream keeps SBRS-TP's faster switch")
+    return StreamsChoice(streams, "auto", reason, dict(figures), load)
+
+
+def _frames(chain: Sequence[tuple[Any, dict[str, np.ndarray]]], frames: int) -> None:
+    for _ in range(frames):
+        for session, feed in chain:
+            session.run(None, feed)
+
+
+def _one_stream(chain: Sequence[tuple[Any, dict[str, np.ndarray]]], frames: int) -> float:
+    start = time.perf_counter()
+    _frames(chain, frames)
+    return (time.perf_counter() - start) / frames
+
+
+def _two_streams(chain: Sequence[tuple[Any, dict[str, np.ndarray]]], frames: int) -> float:
+    """Seconds per frame with ``2 * frames`` frames on two worker threads at once, as the runtime's streams run
+    them (``sbrs.runtime.streams``): each worker takes the next frame under a shared lock, runs it (the sessions
+    shared; ONNX Runtime releases the GIL inside a call) and hands it over a queue to this thread, which takes
+    every frame in turn. The hand-offs are what two streams pay per frame beside the calls: on frames of 0.1-0.3
+    ms (tiny, pamap2) bare calls on two threads ran 1.5x one stream where the runtime's streams gained nothing."""
+    from queue import SimpleQueue
+
+    total = 2 * frames
+    taken = [0]
+    lock = threading.Lock()
+    done: SimpleQueue[int] = SimpleQueue()
+
+    def work() -> None:
+        while True:
+            with lock:
+                if taken[0] >= total:
+                    return
+                taken[0] += 1
+            for session, feed in chain:
+                session.run(None, feed)
+            done.put(1)
+
+    workers = [threading.Thread(target=work, name=f"sbrs-build-stream-{i}") for i in range(2)]
+    start = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for _ in range(total):
+        done.get()
+    seconds = time.perf_counter() - start
+    for worker in workers:
+        worker.join()
+    return seconds / total
+
+
+def measure_streams(paths: Mapping[str, str], sequences: Mapping[str, Sequence[str]], providers: tuple[str, ...],
+                    threads: Callable[[str], int], *, optimized: bool, warm: frozenset[str],
+                    plain: Mapping[str, str] | None = None) -> dict[str, ScenarioStreams]:
+    """Each scenario of ``sequences`` (its unit ids in order; ``paths``: unit id → model file) timed one frame at
+    a time on sessions of ``threads(unit)`` threads (the units in ``warm`` kept warm) and two frames at once on
+    one-thread sessions: medians of ``ROUNDS`` interleaved blocks. Where the scenarios' frames are short
+    (``CHECKED_FRAME_S``) the scenarios' own model files in ``plain`` (scenario → file) are timed too, in plain
+    ONNX Runtime sessions: with its default options (intra-op threads on every core), and two frames at once on
+    one-thread sessions."""
+    import statistics  # only a build measures
+
+    from sbrs.compile.unit_threads import numpy_type, random_feed
+    from sbrs.ort_env import create_session
+
+    rng = np.random.default_rng(0)
+    pools: dict[str, Any] = {}
+    singles: dict[str, Any] = {}
+    feeds: dict[str, dict[str, np.ndarray]] = {}
+    figures: dict[str, ScenarioStreams] = {}
+    for scenario, units in sequences.items():
+        for unit in units:
+            if unit not in pools:
+                pools[unit] = create_session(paths[unit], providers, threads=threads(unit), optimized=optimized,
+                                             warm=unit in warm)
+                singles[unit] = create_session(paths[unit], providers, threads=1, optimized=optimized)
+                feeds[unit] = random_feed(pools[unit], rng)
+        one_s, two_s = _interleaved([(pools[u], feeds[u]) for u in units], [(singles[u], feeds[u]) for u in units],
+                                    statistics.median)
+        figures[scenario] = ScenarioStreams(one_s, two_s)
+    if plain and max(f.one_thread_frame_s for f in figures.values()) < CHECKED_FRAME_S:
+        import onnxruntime as ort
+
+        one_thread = ort.SessionOptions()
+        one_thread.intra_op_num_threads = 1
+        for scenario, path in plain.items():
+            threaded = ort.InferenceSession(path, providers=list(providers))  # ONNX Runtime's defaults, as a user's
+            single = ort.InferenceSession(path, one_thread, providers=list(providers))
+            feed = {i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(
+                numpy_type(i.type)) for i in threaded.get_inputs()}
+            threads_s, two_s = _interleaved([(threaded, feed)], [(single, feed)], statistics.median)
+            figures[scenario] = replace(figures[scenario], plain_threads_s=threads_s, plain_two_s=two_s)
+    return figures
+
+
+def _interleaved(one_chain: Sequence[tuple[Any, dict[str, np.ndarray]]],
+                 two_chain: Sequence[tuple[Any, dict[str, np.ndarray]]],
+                 reduce: Callable[[list[float]], float]) -> tuple[float, float]:
+    """Seconds per frame of ``one_chain`` one frame at a time and of ``two_chain`` two at once: ``reduce`` of
+    ``ROUNDS`` interleaved blocks of at least ``MIN_BLOCK_S``."""
+    first = max(_one_stream(one_chain, 2), 1e-6)  # warms both; the block sizes follow from it
+    _two_streams(two_chain, 1)
+    frames = max(1, math.ceil(MIN_BLOCK_S / first))
+    samples: dict[str, list[float]] = {"one": [], "two": []}
+    for _ in range(ROUNDS):
+        samples["one"].append(_one_stream(one_chain, frames))
+        samples["two"].append(_two_streams(two_chain, max(2, frames // 2)))
+    return reduce(samples["one"]), reduce(samples["two"])
