@@ -238,7 +238,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, stop: threading.Event) -> int:
-    from sbrs.artifact.read import config_from_dict, ensure_build, read_manifest
+    from sbrs.artifact.child import ensure_build
+    from sbrs.artifact.read import config_from_dict, read_manifest
     from sbrs.run.loop import run_app
 
     # The command owns its process: OpenCV and its FFmpeg, where a video source loads them, say nothing on

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import subprocess
 import sys
 import threading
 from collections import deque
@@ -29,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sbrs.artifact.read import MANIFEST, build_dir
 from sbrs.errors import InputError, SbrsError, SbrsRuntimeError
 
 logger = logging.getLogger(__name__)
@@ -37,9 +37,21 @@ logger = logging.getLogger(__name__)
 ERRORS: dict[str, type[SbrsError]] = {"InputError": InputError, "SbrsRuntimeError": SbrsRuntimeError}
 
 
+def ensure_build(app_path: str | Path, *, rebuild: bool = False) -> Path:
+    """The app's build folder, built first (in a child process, ``build_in_child``) when there is none yet or
+    ``rebuild`` asks, which is logged (INFO)."""
+    folder = build_dir(app_path)
+    if rebuild or not (folder / MANIFEST).exists():
+        logger.info("sbrs run: %s %s", "rebuilding" if rebuild else "no build of the app yet; building", folder)
+        build_in_child(app_path)
+    return folder
+
+
 def build_in_child(app_path: str | Path) -> dict[str, Any]:
     """Build ``app_path`` in a fresh interpreter (module docstring); its ``BuildResult.to_dict``. The child's
     log records are logged here as they come; its error is raised here as the same type."""
+    import subprocess  # only when building: a run of an existing build (``ensure_build``) starts no process
+
     level = logging.getLogger("sbrs").getEffectiveLevel()
     # -P: the working directory is not put first on the child's import path, so a folder named sbrs there is
     # never imported instead of this package (the app's path is absolute)

@@ -39,7 +39,6 @@ against someone who forges a file's mtime).
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -56,7 +55,6 @@ if TYPE_CHECKING:
     from sbrs.compile.tables import TransitionPlan
     from sbrs.compile.units import UnitPlan
 
-logger = logging.getLogger(__name__)
 
 #: 9: ``runtime.streams: auto`` (the default) and the build's choice with its figures (``streams``); 8:
 #: ``runtime.share_min_mb``/``switch_steps`` left out default by provider (one unit per scenario on a GPU); 7: edge
@@ -328,14 +326,3 @@ def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
         source=data.get("source"),
     )
 
-
-def ensure_build(app_path: str | Path, *, rebuild: bool = False) -> Path:
-    """The app's build folder, built first (in a child process, ``sbrs.artifact.child.build_in_child``) when
-    there is none yet or ``rebuild`` asks, which is logged (INFO)."""
-    folder = build_dir(app_path)
-    if rebuild or not (folder / MANIFEST).exists():
-        logger.info("sbrs run: %s %s", "rebuilding" if rebuild else "no build of the app yet; building", folder)
-        from sbrs.artifact.child import build_in_child
-
-        build_in_child(app_path)
-    return folder

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sbrs.memory import Block, Problem, lifetimes_from_schedule, merge_blocks
+from sbrs.memory.problem import Block, Problem, lifetimes_from_schedule, merge_blocks
 from sbrs.moc.model import Moc, SuperEdge
 from sbrs.model import CnnModel
 

@@ -269,7 +269,8 @@ def open_runtime(app_path: str | Path, *, granularity: str | None = None, transi
     than those the build was compiled for: compile in memory from the app, as before builds (logged too).
     ``options``: the other options of ``Runtime`` (``transition_arena``, ``transition_schedule``).
     """
-    from sbrs.artifact.read import ensure_build, load_build
+    from sbrs.artifact.child import ensure_build
+    from sbrs.artifact.read import load_build
     from sbrs.runtime.engine import Runtime
 
     folder = ensure_build(app_path, rebuild=rebuild)
