@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sbrs import digest
-from sbrs.app.config import DeclaredCharacteristics, InputSpec, RequirementSet, ScenarioConfig
 from sbrs.app.frames import FRAME_GLOBS, folder_frames, frame_files
+from sbrs.app.settings import DeclaredCharacteristics, InputSpec, RequirementSet, ScenarioConfig
 from sbrs.cache import cached_file, content_key
 from sbrs.errors import InputError
 

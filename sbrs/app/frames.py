@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sbrs.app.config import InputSpec
 from sbrs.app.preprocess import Preprocessor
+from sbrs.app.settings import InputSpec
 from sbrs.errors import InputError
 
 IMAGE_SUFFIXES: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".bmp")

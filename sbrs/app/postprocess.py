@@ -24,7 +24,7 @@ from sbrs.outputs.spec import (
 )
 
 if TYPE_CHECKING:
-    from sbrs.app.config import AppConfig
+    from sbrs.app.settings import AppConfig
     from sbrs.app.yaml_lines import LocatedYaml, Path_
     from sbrs.model import CnnModel
 
@@ -34,8 +34,7 @@ ALLOWED = "top-k, detections, raw, or module:function (a Python function of your
 
 def resolve_postprocess(raw: Any, doc: LocatedYaml, path: Path_, origin: str) -> PostprocessSpec:
     """The spec written at ``path`` of ``doc`` (``origin``: ``app`` or ``scenario``)."""
-    from sbrs.app.config import _validate
-    from sbrs.app.schema import FUNCTION_PATTERN, DetectionsEntry, FunctionEntry, RawEntry, TopKEntry
+    from sbrs.app.schema import FUNCTION_PATTERN, DetectionsEntry, FunctionEntry, RawEntry, TopKEntry, validate
     from sbrs.app.yaml_lines import format_path
 
     at = SpecLocation(origin, format_path(path), doc.line_of(path))
@@ -58,15 +57,15 @@ def resolve_postprocess(raw: Any, doc: LocatedYaml, path: Path_, origin: str) ->
     if kind == "function" and isinstance(raw.get("function"), str) and not re.match(FUNCTION_PATTERN, raw["function"]):
         raise doc.error((*path, "function"), f"'{raw['function']}' is not module:function")
     if kind == "top-k":
-        entry = _validate(TopKEntry, raw, doc, path)
+        entry = validate(TopKEntry, raw, doc, path)
         return TopKSpec(k=entry.k, at=at)
     if kind == "raw":
-        entry = _validate(RawEntry, raw, doc, path)
+        entry = validate(RawEntry, raw, doc, path)
         return RawSpec(max_elements=entry.max_elements, at=at)
     if kind == "function":
-        entry = _validate(FunctionEntry, raw, doc, path)
+        entry = validate(FunctionEntry, raw, doc, path)
         return FunctionSpec(function=entry.function, at=at)
-    entry = _validate(DetectionsEntry, raw, doc, path)
+    entry = validate(DetectionsEntry, raw, doc, path)
     given = entry.model_dump(exclude={"kind"}, exclude_none=True)
     for key in ("confidence", "iou"):
         if key in given:

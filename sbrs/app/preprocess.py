@@ -27,67 +27,28 @@ ImageNet's mean and standard deviation for 3 channels, plain ``[0, 1]`` for one.
 Each tensor comes with its ``Geometry``: where the picture's pixels landed in the input, so that boxes found in
 the input map back to the picture (``Geometry.boxes_to_source``: minus the padding, divided by the scale, as
 ultralytics' ``scale_boxes`` does).
+
+The settings themselves (``Preprocess``, what ``input.preprocess`` says) are data of the app's configuration
+(``sbrs.app.settings``); this module applies them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sbrs.app.settings import DEFAULT_PREPROCESS
 from sbrs.errors import InputError
 
 if TYPE_CHECKING:
-    from sbrs.app.config import InputSpec
+    from sbrs.app.settings import InputSpec, Preprocess
 
-RESIZE_MODES: tuple[str, ...] = ("stretch", "letterbox", "center-crop")
-COLOR_ORDERS: tuple[str, ...] = ("RGB", "BGR")
-IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
-IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
-#: ``pad_value`` where the app gives none: ultralytics' grey.
-DEFAULT_PAD = 114
 #: ITU-R BT.601 luma weights of R, G, B: a colour picture as gray where OpenCV is missing (OpenCV's own
 #: ``COLOR_*2GRAY`` uses the same weights, in fixed point).
 LUMA = (0.299, 0.587, 0.114)
-
-
-@dataclass(frozen=True)
-class Preprocess:
-    """``input.preprocess`` of the app file, resolved (module docstring). ``mean`` and ``std`` None: the default
-    for the input's channels (ImageNet's for 3, 0 and 1 for one)."""
-
-    resize: str = "stretch"
-    pad_value: int = DEFAULT_PAD
-    colors: str = "RGB"
-    scale: float = 1 / 255
-    mean: tuple[float, ...] | None = None
-    std: tuple[float, ...] | None = None
-
-    def means(self, channels: int) -> tuple[float, ...]:
-        if self.mean is not None:
-            return self.mean * channels if len(self.mean) == 1 else self.mean
-        return IMAGENET_MEAN if channels == 3 else (0.0,) * channels
-
-    def stds(self, channels: int) -> tuple[float, ...]:
-        if self.std is not None:
-            return self.std * channels if len(self.std) == 1 else self.std
-        return IMAGENET_STD if channels == 3 else (1.0,) * channels
-
-
-DEFAULT_PREPROCESS = Preprocess()
-
-
-def preprocess_from_dict(data: dict[str, Any] | None) -> Preprocess:
-    """A ``Preprocess`` from its ``dataclasses.asdict`` form (a build's manifest); None: the default."""
-    if not data:
-        return DEFAULT_PREPROCESS
-    values = dict(data)
-    for key in ("mean", "std"):
-        if values.get(key) is not None:
-            values[key] = tuple(float(v) for v in values[key])
-    return Preprocess(**values)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,14 @@
 """Strict schemas of the app and scenario YAML files (pydantic; unknown keys and wrong types are errors).
 
-The app file's minimum contract is in DESIGN.md ("The app file"); later stages add sections here.
+The app file's minimum contract is in DESIGN.md ("The app file"); later stages add sections here. ``validate``
+checks data read from a file against one of them.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+import typing
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -16,9 +18,13 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     StrictStr,
+    ValidationError,
     field_validator,
     model_validator,
 )
+
+if TYPE_CHECKING:
+    from sbrs.app.yaml_lines import LocatedYaml, Path_
 
 Number = StrictFloat | StrictInt
 NonNegative = Annotated[Number, Field(ge=0)]
@@ -150,7 +156,7 @@ class RuntimeEntry(Strict):
     threads: Annotated[StrictInt, Field(ge=1, le=1024)] | None = None
     granularity: Literal["auto", "layer"] = "auto"
     transition: Literal["sbrs-tp", "naive"] = "sbrs-tp"
-    share_min_mb: NonNegative | None = None  # None: the provider's default (sbrs.app.config.UNIT_DEFAULTS_*)
+    share_min_mb: NonNegative | None = None  # None: the provider's default (sbrs.app.settings.UNIT_DEFAULTS_*)
     switch_steps: Annotated[StrictInt, Field(ge=1, le=64)] | None = None
     on_switch: Literal["finish", "cancel", "resume"] = "finish"
     threads_scope: Literal["session", "process"] = "session"
@@ -301,3 +307,67 @@ class FunctionEntry(Strict):
 
     kind: Literal["function"]
     function: Annotated[StrictStr, Field(pattern=FUNCTION_PATTERN, max_length=256)]
+
+
+def _model_class(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside an annotation such as ``Optional[list[Model]]``, if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for argument in typing.get_args(annotation):
+        found = _model_class(argument)
+        if found is not None:
+            return found
+    return None
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    current: type[BaseModel] | None = model
+    for part in loc[:-1]:
+        if current is None:
+            return []
+        if isinstance(part, str):
+            field = current.model_fields.get(part)
+            current = _model_class(field.annotation) if field else None
+    # a field's key in the file is its alias where it has one (``from``, a Python keyword, is the field ``from_``)
+    return sorted(info.alias or name for name, info in current.model_fields.items()) if current else []
+
+
+def _data_path(data: Any, loc: tuple[Any, ...]) -> Path_:
+    """The part of a pydantic error location that names keys and indexes of ``data``.
+
+    Pydantic inserts the member of a union it tried (``fps.float``) and validator tags into locations; they
+    are not keys the user wrote. An unknown key (extra_forbidden) is kept: it is in the data.
+    """
+    path: list[str | int] = []
+    node = data
+    for part in loc:
+        in_mapping = isinstance(node, dict) and isinstance(part, str)
+        in_list = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        if (in_mapping and part in node) or in_list:
+            node = node[part]
+            path.append(part)
+        elif in_mapping:
+            path.append(part)  # a key the data lacks (missing or unknown): the deepest place that names it
+            break
+    return tuple(path)
+
+
+def validate(model: type[BaseModel], data: Any, doc: LocatedYaml, base: Path_ = ()) -> Any:
+    """Validate ``data`` against ``model`` (one of the entries above); the first error becomes a one-line
+    ``InputError`` naming the file, line and field (``doc.error``), ``base`` the path of ``data`` in ``doc``."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        loc = _data_path(data, error["loc"])
+        kind = error["type"]
+        if kind == "extra_forbidden":
+            allowed = _allowed_keys(model, loc)
+            message = "unknown key" + (f" (allowed: {', '.join(allowed)})" if allowed else "")
+        elif kind == "missing":
+            message = "required key is missing"
+        else:
+            message = error["msg"].removeprefix("Value error, ")
+            if kind not in ("value_error", "assertion_error") and "input" in error:
+                message += f" (got {error['input']!r})"
+        raise doc.error((*base, *loc), message) from None

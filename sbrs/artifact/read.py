@@ -279,7 +279,8 @@ def limit_mismatch(config: AppConfig, built_for: int | None) -> str | None:
 
 def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
     """An ``AppConfig`` from its ``to_dict`` form (already validated when the build was made)."""
-    from sbrs.app.config import (
+    from sbrs.app.environment import EnvironmentConfig
+    from sbrs.app.settings import (
         AppConfig,
         BatteryRule,
         DeclaredCharacteristics,
@@ -290,9 +291,8 @@ def config_from_dict(data: Mapping[str, Any]) -> AppConfig:
         RuntimeOptions,
         ScenarioConfig,
         TemperatureRule,
+        preprocess_from_dict,
     )
-    from sbrs.app.environment import EnvironmentConfig
-    from sbrs.app.preprocess import preprocess_from_dict
     from sbrs.outputs.spec import spec_from_dict
 
     def requirements(value: Mapping[str, float] | None) -> RequirementSet | None:

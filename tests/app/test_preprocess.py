@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from sbrs.app.config import InputSpec, load_app_config
-from sbrs.app.preprocess import DEFAULT_PREPROCESS, Geometry, Preprocess, Preprocessor, preprocess_from_dict
+from sbrs.app.preprocess import Geometry, Preprocessor
+from sbrs.app.settings import DEFAULT_PREPROCESS, Preprocess, preprocess_from_dict
 from sbrs.errors import InputError
 from tests.conftest import assert_one_line_error
 
