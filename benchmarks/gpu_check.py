@@ -98,7 +98,7 @@ def mid_frame_switches(runtime: Any, references: dict[str, Any], input_name: str
                 runtime.switch(old)
                 runtime.infer(frame)
                 gaps.extend(gaps_of(result, references, input_name, frame)
-                            for result in runtime._process(iter([frame, frame]), inject=(1, new)))
+                            for result in runtime.process_with_hooks(iter([frame, frame]), inject=(1, new)))
     return gaps
 
 

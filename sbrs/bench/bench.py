@@ -283,7 +283,7 @@ def sbrs_delay(runtime: Any, old: str, new: str, frame: np.ndarray, delay_s: flo
         while time.perf_counter() < end:
             yield frame
 
-    results = runtime._process(stream(), mode=mode)
+    results = runtime.process_with_hooks(stream(), mode=mode)
     try:
         for result in results:
             if result.scenario == new:

@@ -9,7 +9,7 @@ under a memory limit, with its transition tables and where its sessions' models 
 unit or distinct call model, loaded once whatever the number of scenarios using it, one arena
 (``sbrs.runtime.device.ArenaMemory``), every step bound to its arena bytes once (``sbrs.runtime.binding``).
 There is one constructor; ``Runtime.from_app``, ``from_build`` and ``from_models`` make the program
-(``sbrs.runtime.open``) and call it. The models are not kept: after loading, the runtime holds only sessions,
+(``sbrs.runtime.program``) and call it. The models are not kept: after loading, the runtime holds only sessions,
 bindings, the arena and the (small) plan. Drop the ``App`` afterwards and call
 ``sbrs.ort_env.release_free_memory()`` to give the parsed weights' memory back to the system (``sbrs run``
 and ``sbrs bench`` run from a build and never parse a model).
@@ -35,8 +35,10 @@ and runs again from its start on the new scenario (``cancelling``); under ``resu
 continues on the new scenario from the deepest step both share (``resuming``, docs/RESUME.md). The switch paths are in
 ``sbrs.runtime.switching``; either way the response delay Δ (request arrival → first output of the new
 scenario) is recorded for every switch (``SwitchRecord`` on the frame's result, the node's status, the
-observers' ``switch_done``). What a runtime reports about itself (``facts``, ``memory_report``,
-``bound_accesses``) is ``sbrs.runtime.reports``.
+observers' ``switch_done``). What every frame does on the bound plan (check, take the request, copy in, results
+and their bookkeeping) is the runtime's ``FrameRunner`` (``runner``, ``sbrs.runtime.runner``), which the frame
+loop, the switch paths and the streams share; what a runtime reports about itself (``facts``,
+``memory_report``) is ``sbrs.runtime.reports``.
 """
 
 from __future__ import annotations
@@ -44,15 +46,13 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnxruntime as ort
 
-from sbrs.compile.tables import TRANSITION_MODES, ResumeTable, TransitionPlan
 from sbrs.compile.unit_threads import whole_frame_units
 from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.ort_env import (
@@ -66,13 +66,14 @@ from sbrs.ort_env import (
 from sbrs.outputs.postprocess import FrameMeta, PostProcessor, postprocessors_for, value_of
 from sbrs.runtime import reports
 from sbrs.runtime.binding import Bound, bind_parts, bind_units
-from sbrs.runtime.control_node import ControlNode, SwitchRecord, SwitchRequest
+from sbrs.runtime.control_node import ControlNode
 from sbrs.runtime.device import ArenaMemory, device_of
 from sbrs.runtime.events import Observers, RunObserver
 from sbrs.runtime.one_session import bind_one
+from sbrs.runtime.program import Program, app_program, build_program, models_program, runtime_options
+from sbrs.runtime.runner import Frame, FrameResult, FrameRunner, OldFrame
 from sbrs.runtime.streams import Streams, process_in_streams
 from sbrs.runtime.switching import (
-    MAX_UNSETTLED,
     Lookahead,
     Transition,
     cancelling,
@@ -83,106 +84,22 @@ from sbrs.runtime.switching import (
 )
 
 if TYPE_CHECKING:
-    from concurrent.futures import ThreadPoolExecutor
-
-    import onnx
-
     from sbrs.app.app import App
     from sbrs.app.config import AppConfig
     from sbrs.artifact.read import LoadedBuild
     from sbrs.compile.footprint import Footprint
     from sbrs.compile.parts import Tiles
     from sbrs.compile.parts_plan import PartsPlan
+    from sbrs.compile.tables import TransitionPlan
     from sbrs.compile.units import UnitPlan
     from sbrs.model.cnn import CnnModel
 
-Frame = np.ndarray | Mapping[str, np.ndarray]
-#: A frame computed but not yet copied out, as ``Runtime._old_frame_result`` takes it: scenario, stream index,
-#: start time, the switch request it was the first frame of and the scenario before it, the transition mode.
-_OldFrame = tuple[str, int, float, SwitchRequest | None, str, str]
-TRANSITION_ARENAS: tuple[str, ...] = ("shared", "shadow")
-TRANSITION_SCHEDULES: tuple[str, ...] = ("priority", "threads")
 #: The order ``Runtime.process`` yields results in: as their outputs exist, or as the frames came.
 RESULT_ORDERS: tuple[str, ...] = ("completion", "stream")
 #: What a switch request does to the frame in flight (app.yaml ``runtime.on_switch``): let it finish on the old
 #: scenario, cancel it and run that frame again from its start on the new one (``switching.cancelling``), or
 #: stop it and continue that frame on the new one from the layers both share (``switching.resuming``).
 ON_SWITCH: tuple[str, ...] = ("finish", "cancel", "resume")
-
-
-@dataclass(frozen=True)
-class Program:
-    """What a runtime executes: a compiled ``plan`` (``UnitPlan`` or ``PartsPlan``), its ``transitions``, the
-    models' figures (``model_bytes``: thesis Eq. 2.6-2.7, kept because the models are not) and ``model(key)``,
-    the model of each session (a unit id or a call key): a file path or an ONNX model. ``shadow``: the shadow
-    slots a transition's new frame runs in (units under SBRS-TP). ``optimized``: the files are ONNX Runtime's
-    optimised form for this machine. ``release``: hand freed memory back after each session (loading a build
-    of units: ONNX Runtime frees its load-time copies when a session is ready, so the process's peak stays
-    near one unit's copies). ``footprint``: the plan of what the runtime holds (``sbrs.compile.footprint``).
-    ``unit_threads``: the units the build measured faster on fewer threads (``sbrs.compile.unit_threads``).
-    ``streams``: the streams the build chose for ``runtime.streams: auto`` (``sbrs.compile.unit_streams``; None:
-    no build, one stream). A runtime keeps nothing of its program but the plan, tables and figures."""
-
-    plan: UnitPlan | PartsPlan
-    transitions: TransitionPlan
-    model_bytes: Mapping[str, int]
-    model: Callable[[str], str | onnx.ModelProto]
-    shadow: Mapping[str, int] | None = None
-    optimized: bool = False
-    release: bool = False
-    footprint: Footprint | None = None
-    unit_threads: Mapping[str, int] = field(default_factory=dict)
-    streams: int | None = None
-
-
-#: ``FrameResult._value`` before its first read.
-_NOT_COMPUTED: Any = object()
-
-
-@dataclass(slots=True)  # not frozen: it is built on the switch's critical path, and frozen costs 3x
-class FrameResult:
-    """One processed frame: its index in the stream, the scenario that processed it, its outputs, its latency
-    (from copying it in to its outputs copied out) and, on the first frame of a new scenario, the switch.
-
-    ``value``: the outputs as the scenario's ``postprocess:`` makes them (top-k classes, detections, lists, or
-    what the user's function returns), computed when first read, by the reader: the runtime hands over only its
-    table of post-processors (``postprocessors``), so no switch waits for post-processing.
-    """
-
-    index: int
-    scenario: str
-    outputs: dict[str, np.ndarray]
-    latency_s: float
-    switch: SwitchRecord | None = None
-    postprocessors: Mapping[str, PostProcessor] | None = field(default=None, repr=False, compare=False)
-    _value: Any = field(default=_NOT_COMPUTED, init=False, repr=False, compare=False)
-
-    @property
-    def value(self) -> Any:
-        """The post-processed outputs (computed on first read; a failing user function raises
-        ``sbrs.outputs.PostprocessError``, one line, each time it is read)."""
-        if self._value is _NOT_COMPUTED:
-            self._value = value_of(self.postprocessors, self.outputs,
-                                   FrameMeta(self.index, self.scenario, self.latency_s, self.switch))
-        return self._value
-
-
-def runtime_options(config: AppConfig, transition: str | None, transition_arena: str | None,
-                    transition_schedule: str) -> tuple[str, str]:
-    """The transition mode and transition arena a runtime of ``config`` runs with (``Runtime``'s options,
-    checked: an unknown value is an ``InputError``; ``on_switch`` is checked by the constructor)."""
-    mode = transition or config.runtime.transition
-    if mode not in TRANSITION_MODES:
-        raise InputError(f"unknown transition '{mode}' (allowed: {', '.join(TRANSITION_MODES)})",
-                         field="runtime.transition")
-    transition_arena = transition_arena or ("shadow" if mode == "sbrs-tp" else "shared")
-    if transition_arena not in TRANSITION_ARENAS:
-        raise InputError(f"unknown transition arena '{transition_arena}' (allowed: "
-                         f"{', '.join(TRANSITION_ARENAS)})", field="transition_arena")
-    if transition_schedule not in TRANSITION_SCHEDULES:
-        raise InputError(f"unknown transition schedule '{transition_schedule}' (allowed: "
-                         f"{', '.join(TRANSITION_SCHEDULES)})", field="transition_schedule")
-    return mode, transition_arena
 
 
 class Runtime:
@@ -223,8 +140,6 @@ class Runtime:
         # every call runs with these options; under ``cancel`` the control node sets ``terminate`` while a switch
         # to another scenario is pending, and ONNX Runtime stops the call in flight at its next node
         self._run_options = ort.RunOptions()
-        self._cancellable = True  # whether a request may cancel the frame in flight (``switching.cancelling``)
-        self._in_flight = 0  # under ``resume``: the step whose call runs now (1-based; 0: none)
         interrupt = {"cancel": self._interrupt, "resume": self._interrupt_resume}.get(self.on_switch)
         self.node = ControlNode(tuple(s.name for s in config.scenarios), config.initial, mode=mode,
                                 observers=self.observers, interrupt=interrupt)
@@ -246,18 +161,14 @@ class Runtime:
         if by_parts and self.memory_limit_bytes is None:  # a build made with `--memory-limit`
             self.memory_limit_bytes = plan.memory_limit_bytes  # type: ignore[union-attr]
         self.input_specs = {config.input.name: (tuple(config.input.shape), np.dtype(config.input.dtype))}
-        self._input_spec = (config.input.name, *self.input_specs[config.input.name])  # the one input, checked fast
-        self._lock = threading.Lock()
-        self._closed = False
-        self._worker: ThreadPoolExecutor | None = None
-        # bookkeeping of frames already handed to the caller: (scenario, seconds, switch request, its record)
-        self._unsettled: list[tuple[str, float, SwitchRequest | None, SwitchRecord | None]] = []
         #: How this runtime executes its plan (``memory_report``): whole execution units, or band calls by parts.
         self.execution: str = plan.execution
         self.plan: UnitPlan | PartsPlan = plan
         self.transitions: TransitionPlan = program.transitions
-        self._model_bytes = dict(program.model_bytes)
-        self._footprint = program.footprint
+        #: The models' figures (``params_bytes``, ``naive_bytes``: thesis Eq. 2.6-2.7), kept as the models are not.
+        self.model_bytes: dict[str, int] = dict(program.model_bytes)
+        #: The plan of what this runtime holds (``sbrs.compile.footprint``; None: made from the arena alone).
+        self.footprint: Footprint | None = program.footprint
         self._session_keys: tuple[str, ...] = (plan.call_keys if by_parts  # type: ignore[union-attr]
                                                else tuple(u.id for u in plan.units))  # type: ignore[union-attr]
         self._sessions: dict[str, ort.InferenceSession] = {}
@@ -291,11 +202,12 @@ class Runtime:
         if program.shadow is not None:  # a transition's new frame: the same sessions bound to the shadow slots
             new = bind_plan(plan, self._sessions, self._arena, self.device, config.input.name, self._run_options,
                             offsets=program.shadow)
-        self._bound, self._new_bound = bound, new
         self._bound_ranges = [*bound.ranges, *(new.ranges if new is not bound else ())]
-        self._calls, self._copy_in, self._copy_out = bound.calls, bound.copy_in, bound.copy_out
-        self._copy_out_reads = bound.copy_out_reads
-        self._new_calls, self._new_copy_in, self._new_copy_out = new.calls, new.copy_in, new.copy_out
+        #: The bound plan and what every frame does on it (``sbrs.runtime.runner``), shared with the switch paths
+        #: and the streams.
+        self.runner = FrameRunner(self.node, bound, new, transitions=self.transitions,
+                                  transition_schedule=transition_schedule, postprocessors=self.postprocessors,
+                                  input_specs=self.input_specs)
         # every stream after the first binds the plan again, to an arena of its own (``sbrs.runtime.streams``)
         self._streams: Streams | None = None
         self._frame_lock: threading.Lock | contextlib.nullcontext[None] = contextlib.nullcontext()
@@ -310,17 +222,15 @@ class Runtime:
             self._streams = Streams(streams, bound, self._arena, plan.arena_bytes, plan.alignment, bind,
                                    self.device)
             self._frame_lock = self._streams.locks[0]  # stream 0's arena is the runtime's own
-        self._transition_starts: dict[tuple[str, str], tuple[bool, bool]] = transition_starts(self)
+        self.runner.transition_starts = transition_starts(self.runner)
         # under ``resume``: where a frame stopped on o continues on n (``sbrs.compile.transitions.ResumeTable``),
         # and which steps of o a request for n lets finish (``_interrupt_resume``)
-        self._resume: dict[tuple[str, str], ResumeTable] = {}
         if self.on_switch == "resume" and not by_parts:
             from sbrs.compile.transitions import resume_tables  # the analysis, only where a run resumes
 
-            self._resume = resume_tables(plan)  # type: ignore[arg-type]
-        self._resume_keep: dict[tuple[str, str], tuple[bool, ...]] = {
-            pair: tuple(step > 0 and r >= step for step, r in enumerate(table.after))
-            for pair, table in self._resume.items()}
+            self.runner.resume = resume_tables(plan)  # type: ignore[arg-type]
+        self.runner.resume_keep = {pair: tuple(step > 0 and r >= step for step, r in enumerate(table.after))
+                                   for pair, table in self.runner.resume.items()}
         self.node.loaded(self.facts())
 
     @classmethod
@@ -328,8 +238,6 @@ class Runtime:
                  transition: str | None = None, transition_arena: str | None = None, **options: Any) -> Runtime:
         """The runtime of ``app`` compiled in memory: its execution units, or the band calls of ``parts``
         (``sbrs.compile.fit.app_parts``, ``fit_parts``). ``options`` as the constructor's."""
-        from sbrs.runtime.open import app_program
-
         program, mode = app_program(app, granularity=granularity, parts=parts, transition=transition,
                                     transition_arena=transition_arena,
                                     transition_schedule=options.get("transition_schedule", "priority"),
@@ -343,8 +251,6 @@ class Runtime:
         files (their optimised form where it was made on this machine) and its one weights file. A build of
         units runs only with the options it was compiled for (``InputError`` otherwise); a build by parts runs
         either transition mode on its one arena, whatever the granularity."""
-        from sbrs.runtime.open import build_program
-
         program, mode = build_program(build, granularity=granularity, transition=transition,
                                       transition_arena=transition_arena,
                                       transition_schedule=options.get("transition_schedule", "priority"))
@@ -364,8 +270,6 @@ class Runtime:
         the size of ONNX Runtime's global thread pool, if this creates it. The config is
         ``sbrs.compile.fit.models_config``'s (CPU provider, no memory limit, so the arena keeps no transition
         room)."""
-        from sbrs.runtime.open import models_program
-
         config, program = models_program(models, band_rows, cuts=cuts, tiles=tiles, initial=initial,
                                          threads=threads, transition=transition)
         return cls(config, program, transition=transition, transition_schedule=transition_schedule,
@@ -374,19 +278,20 @@ class Runtime:
     def _interrupt(self, cancel: bool) -> None:
         """The control node's ``interrupt`` under ``on_switch: cancel`` (called under its lock): cancel the frame
         in flight unless it is already one run again after a cancellation (``switching.cancelling``)."""
-        self._run_options.terminate = cancel and self._cancellable
+        self._run_options.terminate = cancel and self.runner.cancellable
 
     def _interrupt_resume(self, cancel: bool) -> None:
         """The control node's ``interrupt`` under ``on_switch: resume`` (called under its lock): as ``_interrupt``,
         but a step of the old frame that the pending request's scenario would run itself (one of their shared
         prefix, kept intact: ``_resume_keep``) is let finish, since its work is the new scenario's
         (``switching.resuming`` stops the frame right after it)."""
-        step, pending = self._in_flight, self.node.pending
-        if cancel and self._cancellable and step and pending is not None:
-            keep = self._resume_keep.get((self.node.scenario, pending.scenario))
+        runner = self.runner
+        step, pending = runner.in_flight, self.node.pending
+        if cancel and runner.cancellable and step and pending is not None:
+            keep = runner.resume_keep.get((self.node.scenario, pending.scenario))
             if keep is not None and keep[step]:
                 cancel = False
-        self._run_options.terminate = cancel and self._cancellable
+        self._run_options.terminate = cancel and runner.cancellable
 
     # -- what it is ---------------------------------------------------------------------------------------
 
@@ -412,6 +317,11 @@ class Runtime:
         return int(self._arena.nbytes) if self._streams is None else self._streams.nbytes
 
     @property
+    def stream_count(self) -> int:
+        """Frames in flight at once in ``process``, each in an arena of its own (``sbrs.runtime.streams``)."""
+        return 1 if self._streams is None else self._streams.count
+
+    @property
     def session_count(self) -> int:
         """Sessions loaded for units or call models (each once, however many scenarios or calls use it)."""
         return sum(1 for key in self._session_keys if key in self._sessions)
@@ -429,8 +339,8 @@ class Runtime:
         return reports.memory_report(self)
 
     def bound_accesses(self, *, new_frame: bool = False) -> dict[str, tuple[Any, ...]]:
-        """Each scenario's steps as the bytes really bound (``sbrs.runtime.reports.bound_accesses``)."""
-        return reports.bound_accesses(self, new_frame=new_frame)
+        """Each scenario's steps as the bytes really bound (``FrameRunner.bound_accesses``)."""
+        return self.runner.bound_accesses(new_frame=new_frame)
 
     def timed_calls(self, frame: Frame, repeats: int = 3, *, reduce: str = "median") -> list[float]:
         """Seconds of every step (a unit or band call, or a feed, its line-buffer moves included) of the current
@@ -439,12 +349,13 @@ class Runtime:
         measures the steps, it delivers nothing."""
         if reduce not in ("median", "min"):
             raise InputError(f"unknown reduction '{reduce}' (allowed: median, min)", field="reduce")
-        arrays = self._checked_frame(frame)
-        with self._lock, self._frame_lock:
-            if self._closed:
+        runner = self.runner
+        arrays = runner.checked_frame(frame)
+        with runner.lock, self._frame_lock:
+            if runner.closed:
                 raise SbrsRuntimeError("the runtime is closed")
             scenario = self.scenario
-            steps, copy_in = self._calls[scenario], self._copy_in[scenario]
+            steps, copy_in = runner.calls[scenario], runner.copy_in[scenario]
             samples = np.zeros((repeats, len(steps)))
             clock = time.perf_counter
             for r in range(repeats):
@@ -466,7 +377,7 @@ class Runtime:
         scenario; under SBRS-TP and ``process`` the next frame may start before it ends (module docstring).
         Under ``on_switch: cancel`` the frame in flight is given up and run again on ``scenario`` instead.
         """
-        if scenario not in self._calls:
+        if scenario not in self.runner.calls:
             raise InputError(f"unknown scenario '{scenario}' (scenarios: {', '.join(self.scenarios)})",
                              field="switch")
         self.node.request(scenario, source)
@@ -488,10 +399,11 @@ class Runtime:
 
         A pending switch request applies to this frame (nothing is in flight between ``infer`` calls).
         """
-        arrays = self._checked_frame(frame)
-        with self._lock, self._frame_lock:
+        runner = self.runner
+        arrays = runner.checked_frame(frame)
+        with runner.lock, self._frame_lock:
             result = self._execute(arrays, 0, None, mode="naive")
-            self._settle()
+            runner.settle()
         assert isinstance(result, FrameResult)  # no look-ahead, no transition
         return result.outputs
 
@@ -510,25 +422,27 @@ class Runtime:
         """
         if order not in RESULT_ORDERS:  # checked at the call, not at the first result
             raise InputError(f"unknown result order '{order}' (allowed: {', '.join(RESULT_ORDERS)})", field="order")
-        return self._process(frames, order=order)
+        return self.process_with_hooks(frames, order=order)
 
-    def _process(self, frames: Iterable[Frame], *, order: str = "completion", inject: tuple[int, str] | None = None,
-                 mode: str | None = None) -> Iterator[FrameResult]:
-        """``process`` with a test/bench hook: ``inject = (s, name)`` makes an SSR for ``name`` arrive just
-        as step s of the first frame starts (thesis step^o_SSR = s); ``mode`` overrides the transition mode.
-        On band streams frames start when a stream is free and a request waits for the next frame to start
-        (``sbrs.runtime.streams``); ``inject`` needs one frame at a time and runs on stream 0 alone."""
+    def process_with_hooks(self, frames: Iterable[Frame], *, order: str = "completion",
+                           inject: tuple[int, str] | None = None, mode: str | None = None) -> Iterator[FrameResult]:
+        """``process`` with the hooks of the tests and ``sbrs bench`` (``order`` as ``process``'s, unchecked):
+        ``inject = (s, name)`` makes an SSR for ``name`` arrive just as step s of the first frame starts (thesis
+        step^o_SSR = s); ``mode`` overrides the transition mode. On band streams frames start when a stream is
+        free and a request waits for the next frame to start (``sbrs.runtime.streams``); ``inject`` needs one
+        frame at a time and runs on stream 0 alone."""
+        runner = self.runner
         if self._streams is not None and inject is None:
-            yield from process_in_streams(self, self._streams, frames, order)
+            yield from process_in_streams(runner, self._streams, frames, order)
             return
-        lookahead = Lookahead(iter(frames), self._checked_frame)
+        lookahead = Lookahead(iter(frames), runner.checked_frame)
         index = 0
         try:
             while True:
                 arrays = lookahead.take()
                 if arrays is None:
                     return
-                with self._lock:
+                with runner.lock:
                     outcome = self._execute(arrays, index, lookahead, mode=mode or self.node.mode, inject=inject)
                     # Two frames at once (a switch): while one result is with the caller, the other frame's rest
                     # or outputs are still in the arena, so both are yielded under the lock.
@@ -538,10 +452,10 @@ class Runtime:
                             try:
                                 yield new_result
                             finally:  # also when the caller stops here: the old frame is counted
-                                old_result = self._old_frame_result(*old_frame)
+                                old_result = runner.old_frame_result(*old_frame)
                             yield old_result
                         else:
-                            yield self._old_frame_result(*old_frame)
+                            yield runner.old_frame_result(*old_frame)
                             yield new_result
                     elif isinstance(outcome, Transition):
                         yield from outcome.deliver(order)
@@ -552,13 +466,13 @@ class Runtime:
                 else:
                     index += 2
         finally:
-            with self._lock:
-                self._settle()
+            with runner.lock:
+                runner.settle()
 
     # -- the engine -------------------------------------------------------------------------------------
 
     def _execute(self, arrays: Mapping[str, np.ndarray], index: int, lookahead: Lookahead | None, *, mode: str,
-                 inject: tuple[int, str] | None = None) -> FrameResult | Transition | tuple[FrameResult, _OldFrame]:
+                 inject: tuple[int, str] | None = None) -> FrameResult | Transition | tuple[FrameResult, OldFrame]:
         """Run frame ``index``, or hand it and the next frame to an SBRS-TP transition. The caller holds the lock.
 
         A request pending at the frame boundary sends this frame to the new scenario (nothing is in flight).
@@ -568,17 +482,18 @@ class Runtime:
         step, j = |φ^o|, the old frame is computed but not yet copied out: when the new frame writes nothing
         that copy-out reads (the shadow arena keeps them apart, ``plan_shadow``), the new frame runs first
         (``new_first``; every switch of a one-step app, such as tiny and pamap2, goes this way): its result
-        comes back with what the old frame's result needs (``_old_frame_result``).
+        comes back with what the old frame's result needs (``FrameRunner.old_frame_result``).
         """
-        if self._closed:
+        runner = self.runner
+        if runner.closed:
             raise SbrsRuntimeError("the runtime is closed")
         if self.on_switch == "cancel":
-            return cancelling(self, arrays, index, inject)
+            return cancelling(runner, arrays, index, inject)
         if self.on_switch == "resume":
-            return resuming(self, arrays, index, inject)
+            return resuming(runner, arrays, index, inject)
         node = self.node
-        previous, request, scenario, begin = self._start_frame(arrays)
-        calls = self._calls[scenario]
+        previous, request, scenario, begin = runner.start_frame(arrays)
+        calls = runner.calls[scenario]
         last = len(calls)
         for step, call in enumerate(calls, 1):
             if inject is not None and inject[0] == step:
@@ -590,117 +505,28 @@ class Runtime:
                 pending = node.pending  # one read: another thread may replace or clear it at any time
                 if pending is not None and pending.scenario != scenario:
                     if step == last:
-                        first = new_first(self, scenario, pending, lookahead, index + 1)
+                        first = new_first(runner, scenario, pending, lookahead, index + 1)
                         if first is not None:
                             return first, (scenario, index, begin, request, previous, mode)
                     else:
-                        transition = start_transition(self, scenario, step, pending, lookahead)
+                        transition = start_transition(runner, scenario, step, pending, lookahead)
                         if transition is not None:
                             transition.old_frame(index, begin, request, previous)
                             return transition
-        return self._old_frame_result(scenario, index, begin, request, previous, mode)
-
-    def _start_frame(self, arrays: Mapping[str, np.ndarray]) -> tuple[str, SwitchRequest | None, str, float]:
-        """What every frame does first, whatever ``on_switch``: the bookkeeping of earlier frames unless a switch
-        waits (then the switch goes first; the bookkeeping waits, bounded, as requests may never stop), the
-        pending request taken, and the frame copied into the arena of the scenario now active. Returns the
-        scenario before the take, the request, the scenario now active and the frame's start time."""
-        previous, request, scenario = self._take_request()
-        begin = time.perf_counter()
-        for array in arrays.values():  # one app input (checked at load); a dict keeps the contract general
-            self._copy_in[scenario](array)
-        return previous, request, scenario, begin
-
-    def _take_request(self) -> tuple[str, SwitchRequest | None, str]:
-        """``_start_frame`` before the copy-in (band streams copy in on their own thread): the scenario before
-        the take, the request and the scenario now active."""
-        node = self.node
-        if node.pending is None or len(self._unsettled) >= MAX_UNSETTLED:
-            self._settle()
-        previous = node.scenario
-        request = node.take()  # under cancel and resume: clears ``terminate`` under the node's lock
-        return previous, request, node.scenario
-
-    def _old_frame_result(self, scenario: str, index: int, begin: float, request: SwitchRequest | None,
-                          previous: str, mode: str, cancelled_steps: int | None = None,
-                          resumed_steps: int | None = None) -> FrameResult:
-        """A frame computed on ``scenario`` from ``begin``, copied out now: its result, with the record of the
-        switch it was the first frame of (``request`` from ``previous``, at a frame boundary, or stopped and
-        run again or resumed: ``cancelled_steps``, ``resumed_steps``) if any."""
-        outputs = {name: copy() for name, copy in self._copy_out[scenario].items()}
-        return self._frame_result(scenario, index, outputs, begin, time.perf_counter(), request, previous, mode,
-                                  cancelled_steps, resumed_steps)
-
-    def _frame_result(self, scenario: str, index: int, outputs: dict[str, np.ndarray], begin: float, done: float,
-                      request: SwitchRequest | None, previous: str, mode: str | None = None,
-                      cancelled_steps: int | None = None, resumed_steps: int | None = None) -> FrameResult:
-        """A frame computed on ``scenario`` from ``begin`` to ``done``, its ``outputs`` copied out (here, or by a
-        stream, ``sbrs.runtime.streams``): its result, with the switch record, and its bookkeeping queued."""
-        record = None
-        if request is not None:
-            record = self.node.record(request, previous, done, ssr_step=None, overlapped_steps=0, mode=mode,
-                                      cancelled_steps=cancelled_steps, resumed_steps=resumed_steps)
-        self._unsettled.append((scenario, done - begin, request, record))
-        return FrameResult(index, scenario, outputs, done - begin, record, self.postprocessors)
-
-    def _settle(self) -> None:
-        """The bookkeeping of frames whose results went out (observers' ``frame_done``, the control node's end
-        of a switch), done after the caller has them so that Δ does not include it. The caller holds the lock;
-        every entry point settles before running a frame (unless a switch request is pending and fewer than
-        ``MAX_UNSETTLED`` frames wait: then later), ``infer`` before it returns and ``process`` when it ends."""
-        if not self._unsettled:
-            return
-        node = self.node
-        for scenario, seconds, request, record in self._unsettled:
-            node.frame_done(scenario, seconds)
-            if request is not None and record is not None:
-                node.settle(request, record)
-        self._unsettled.clear()
-
-    def _new_frame_result(self, request: SwitchRequest, old: str, index: int, begin: float, ssr_step: int,
-                          overlapped_steps: int) -> FrameResult:
-        """The first frame of ``request``'s SBRS-TP switch from ``old``, computed in the new frame's slots from
-        ``begin``, copied out now: its result with the switch's record (``new_first``, ``Transition``)."""
-        new = request.scenario
-        outputs = {name: copy() for name, copy in self._new_copy_out[new].items()}
-        end = time.perf_counter()
-        record = self.node.record(request, old, end, ssr_step=ssr_step, overlapped_steps=overlapped_steps,
-                                  mode="sbrs-tp")
-        self._unsettled.append((new, end - begin, request, record))
-        return FrameResult(index, new, outputs, end - begin, record, self.postprocessors)
-
-    def _checked_frame(self, frame: Frame) -> dict[str, np.ndarray]:
-        name, shape, dtype = self._input_spec
-        if type(frame) is np.ndarray and frame.shape == shape and (frame.dtype is dtype or frame.dtype == dtype):
-            return {name: frame}  # the usual case, checked with the least work (it is in a switch's Δ)
-        names = tuple(self.input_specs)
-        if isinstance(frame, Mapping):
-            if set(frame) != set(names):
-                raise InputError(f"expected inputs {list(names)}, got {sorted(map(str, frame))}",
-                                 field="frame")
-            arrays = dict(frame)
-        else:
-            arrays = {names[0]: frame}
-        for name, array in arrays.items():
-            shape, dtype = self.input_specs[name]
-            if not isinstance(array, np.ndarray):
-                raise InputError(f"input '{name}': expected a numpy array, got {type(array).__name__}", field="frame")
-            if array.shape != shape or array.dtype != dtype:
-                raise InputError(f"input '{name}': got shape {list(array.shape)} {array.dtype}, the app's input is "
-                                 f"{list(shape)} {dtype}", field="frame")
-        return arrays
+        return runner.old_frame_result(scenario, index, begin, request, previous, mode)
 
     def close(self) -> None:
         """Release the sessions, bindings and arena; later ``infer`` calls raise ``SbrsRuntimeError``."""
         self.node.shutdown()
-        with self._lock:
-            self._closed = True
-            if self._worker is not None:
-                self._worker.shutdown(wait=True)
-                self._worker = None
-            self._calls.clear()
-            self._copy_in.clear()
-            self._copy_out.clear()
+        runner = self.runner
+        with runner.lock:
+            runner.closed = True
+            if runner.worker is not None:
+                runner.worker.shutdown(wait=True)
+                runner.worker = None
+            runner.calls.clear()
+            runner.copy_in.clear()
+            runner.copy_out.clear()
             self._sessions.clear()
         self.node.halt()
 

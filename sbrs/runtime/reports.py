@@ -1,5 +1,6 @@
 """What a runtime reports about itself: plan figures for observers and status (``facts``), the memory it holds
-(``memory_report``, thesis Eq. 2.5-2.7) and the arena bytes its steps really touch (``bound_accesses``).
+(``memory_report``, thesis Eq. 2.5-2.7); the arena bytes its steps really touch are its ``FrameRunner``'s
+(``bound_accesses``).
 
 One set of keys for both kinds of plan, so that ``sbrs run``'s summary, the ``sbrs_memory_*`` gauges and
 ``sbrs bench`` read a runtime of execution units and a runtime by parts alike; a runtime by parts adds how
@@ -9,14 +10,38 @@ this runs per frame.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from sbrs.compile.tables import StepAccess
-    from sbrs.runtime.engine import Runtime
+    from sbrs.compile.footprint import Footprint
+    from sbrs.compile.tables import TransitionPlan
+    from sbrs.runtime.control_node import ControlNode
 
 
-def facts(runtime: Runtime) -> dict[str, Any]:
+class Reporting(Protocol):
+    """What the reports read of a runtime (``sbrs.runtime.engine.Runtime`` has all of it)."""
+
+    plan: Any  # a UnitPlan or a PartsPlan
+    execution: str
+    providers: tuple[str, ...]
+    node: ControlNode
+    transitions: TransitionPlan
+    memory_limit_bytes: int | None
+    model_bytes: Mapping[str, int]
+    footprint: Footprint | None
+
+    @property
+    def scenarios(self) -> tuple[str, ...]: ...
+
+    @property
+    def arena_bytes(self) -> int: ...
+
+    @property
+    def stream_count(self) -> int: ...
+
+
+def facts(runtime: Reporting) -> dict[str, Any]:
     """Plan figures for observers and status: the arena and its lower bound, the app's unique parameter bytes and
     thesis-naive buffer bytes, the sessions (``units``: execution units, or distinct band-call models),
     granularity, providers, transition mode and arena, each scenario's steps, and ``memory_report``'s figures as
@@ -30,14 +55,14 @@ def facts(runtime: Runtime) -> dict[str, Any]:
                                                                           for s, seq in plan.sequences.items()}
     report = memory_report(runtime)
     return {"app": plan.app, "arena_bytes": plan.arena_bytes, "units": sessions, "lower_bound_bytes": bound,
-            "providers": list(runtime.providers), **runtime._model_bytes, "granularity": plan.granularity,
+            "providers": list(runtime.providers), **runtime.model_bytes, "granularity": plan.granularity,
             "transition": runtime.node.mode, "transition_arena": runtime.transitions.arena,
             "scenarios": list(runtime.scenarios), "steps": steps,
             **{f"memory_{key}": report[key] for key in
                ("params_bytes", "arena_bytes", "total_bytes", "limit_bytes", "planned_arena_bytes")}}
 
 
-def memory_report(runtime: Runtime) -> dict[str, Any]:
+def memory_report(runtime: Reporting) -> dict[str, Any]:
     """What ``runtime`` holds, in bytes (DESIGN.md, "Interfaces"; thesis Eq. 2.5: m = m_par + m_buf).
 
     The plan, as ``sbrs.compile.footprint`` defines it everywhere (``sbrs build``, ``sbrs run``, ``sbrs bench``):
@@ -64,9 +89,9 @@ def memory_report(runtime: Runtime) -> dict[str, Any]:
 
     plan: Any = runtime.plan
     arena = runtime.arena_bytes  # every band stream's
-    footprint = runtime._footprint or Footprint(int(runtime._model_bytes["params_bytes"]), arena, 0)
+    footprint = runtime.footprint or Footprint(int(runtime.model_bytes["params_bytes"]), arena, 0)
     limit = runtime.memory_limit_bytes
-    streams = 1 if runtime._streams is None else runtime._streams.count
+    streams = runtime.stream_count
     report: dict[str, Any] = {"execution": runtime.execution, "streams": streams,
                               "params_bytes": footprint.params_bytes,
                               "plan_tensors_bytes": footprint.tensors_bytes,
@@ -91,10 +116,3 @@ def memory_report(runtime: Runtime) -> dict[str, Any]:
                       transition_pairs=len(tables))
     return report
 
-
-def bound_accesses(runtime: Runtime, *, new_frame: bool = False) -> dict[str, tuple[StepAccess, ...]]:
-    """Each scenario's steps as the bytes really bound (``StepAccess``, offsets from the arena's base): what
-    ``sbrs.compile.transitions.check_schedule`` checks against the transition tables. ``new_frame``: the
-    bindings a transition's new frame uses (the shadow slots under arena ``shadow``; the same bindings
-    otherwise)."""
-    return (runtime._new_bound if new_frame else runtime._bound).step_accesses()

@@ -36,7 +36,7 @@ from sbrs.runtime.device import ArenaMemory
 
 if TYPE_CHECKING:
     from sbrs.runtime.control_node import SwitchRequest
-    from sbrs.runtime.engine import Frame, FrameResult, Runtime
+    from sbrs.runtime.runner import Frame, FrameResult, FrameRunner
 
 #: A frame's computed outputs, with the times its stream started and finished it.
 Computed = tuple[dict[str, np.ndarray], float, float]
@@ -97,10 +97,10 @@ class _Feeder:
     and the caller's own work per frame: on pamap2's 0.1 ms frames two streams ran no faster than one that
     way). At most ``slots`` frames are taken and not yet given to the caller, so workers never run ahead of a
     slow caller by more than that. Taking a frame checks it and takes the switch request for it
-    (``Runtime._take_request``), as the one-stream loop does when a frame starts."""
+    (``FrameRunner.take_request``), as the one-stream loop does when a frame starts."""
 
-    def __init__(self, runtime: Runtime, frames: Iterable[Frame], slots: int) -> None:
-        self.runtime = runtime
+    def __init__(self, runner: FrameRunner, frames: Iterable[Frame], slots: int) -> None:
+        self.runner = runner
         self.source = iter(frames)
         self.slots = slots
         self.condition = threading.Condition()  # guards what follows; never held while a frame is awaited
@@ -115,7 +115,7 @@ class _Feeder:
         """The next frame for the worker asking, or None when there is none to take (the frames ended, one was bad, or
         the caller stopped). A live source may keep a worker waiting here for its next frame; the caller's
         thread meanwhile goes on giving out the results that exist."""
-        runtime = self.runtime
+        runner = self.runner
         with self.condition:
             while len(self.taken) + self.reserved >= self.slots and not self.stopped:
                 self.condition.wait()
@@ -132,17 +132,17 @@ class _Feeder:
                     if frame is None:
                         self.stop()
                         return None
-                    arrays = runtime._checked_frame(frame)
+                    arrays = runner.checked_frame(frame)
                 except BaseException as error:  # raised to the caller after the frames before it
                     self.error = error
                     return None
-                with runtime._lock:
-                    if runtime._closed:
+                with runner.lock:
+                    if runner.closed:
                         self.error = SbrsRuntimeError("the runtime is closed")
                         return None
-                    previous, request, scenario = runtime._take_request()
+                    previous, request, scenario = runner.take_request()
                 if request is not None:
-                    runtime.node.begin(request)
+                    runner.node.begin(request)
                 with self.condition:
                     taken = self.taken[self.next_index] = _Taken(self.next_index, scenario, request, previous,
                                                                   arrays)
@@ -166,13 +166,13 @@ class _Feeder:
             self.condition.notify_all()
 
 
-def process_in_streams(runtime: Runtime, streams: Streams, frames: Iterable[Frame],
+def process_in_streams(runner: FrameRunner, streams: Streams, frames: Iterable[Frame],
                        order: str) -> Iterator[FrameResult]:
     """``Runtime.process`` on streams: a worker thread per stream takes the caller's next frame when it is free
     (``_Feeder``), each frame's scenario (and any switch request) taken when it starts; results are yielded one
     per frame in ``order``. A malformed frame raises ``InputError`` after the frames before it were yielded;
     frames still in flight when the caller stops are finished and counted."""
-    feeder = _Feeder(runtime, frames, slots=streams.count + 1)
+    feeder = _Feeder(runner, frames, slots=streams.count + 1)
     done: SimpleQueue[_Taken | int] = SimpleQueue()  # a computed frame, or a worker's stream when it ends
 
     def work(stream: int) -> None:
@@ -209,8 +209,8 @@ def process_in_streams(runtime: Runtime, streams: Streams, frames: Iterable[Fram
         if isinstance(taken.computed, BaseException):
             raise taken.computed
         outputs, begin, end = taken.computed  # type: ignore[misc]
-        with runtime._lock:
-            return runtime._frame_result(taken.scenario, taken.index, outputs, begin, end, taken.request,
+        with runner.lock:
+            return runner.frame_result(taken.scenario, taken.index, outputs, begin, end, taken.request,
                                          taken.previous)
 
     try:
@@ -241,5 +241,5 @@ def process_in_streams(runtime: Runtime, streams: Streams, frames: Iterable[Fram
         for taken in sorted(arrived.values(), key=lambda t: t.index):  # finished in flight: counted
             if not isinstance(taken.computed, BaseException):  # a failed frame's error was the caller's, or none
                 result_of(taken)
-        with runtime._lock:
-            runtime._settle()
+        with runner.lock:
+            runner.settle()

@@ -16,9 +16,9 @@ request is pending. What happens then is here:
   (``sbrs.compile.transitions.ResumeTable``); with nothing shared, as ``cancelling``.
 
 ``transition_starts`` decides once, at load, for every ordered pair whether a transition can help at all, so
-that the test in a switch's critical path is one dictionary lookup. Everything here reads and writes the
-runtime's own attributes (its bound calls, copies, control node and lock); none of it adds a Python call to
-a frame that does not switch.
+that the test in a switch's critical path is one dictionary lookup. Everything here works on the runtime's
+``FrameRunner`` (``sbrs.runtime.runner``: its bound calls, copies, control node and lock); none of it adds a
+Python call to a frame that does not switch.
 """
 
 from __future__ import annotations
@@ -36,10 +36,8 @@ from sbrs.runtime.control_node import SwitchRequest
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
-    from sbrs.runtime.engine import Frame, FrameResult, Runtime
+    from sbrs.runtime.runner import Frame, FrameResult, FrameRunner
 
-#: Frames whose bookkeeping may wait while switch requests keep coming (``Runtime._settle``).
-MAX_UNSETTLED = 8
 #: How ONNX Runtime's error reads when a call stopped because its ``RunOptions.terminate`` was set.
 TERMINATED = "terminate flag"
 
@@ -68,26 +66,26 @@ class Lookahead:
         return arrays
 
 
-def start_transition(runtime: Runtime, old: str, step: int, pending: SwitchRequest,
+def start_transition(runner: FrameRunner, old: str, step: int, pending: SwitchRequest,
                      lookahead: Lookahead) -> Transition | None:
     """The transition old → ``pending``'s scenario after old step ``step`` < |φ^o| (Algorithm 7), if it
     helps: when new step 1 need not wait for the whole old frame (else the frame boundary does the same,
     ``transition_starts``). Only that very request is taken (``ControlNode.take``): another thread may
     replace it while this waits for the next frame; the replacement is seen after the next old step."""
-    ok = runtime._transition_starts.get((old, pending.scenario))
+    ok = runner.transition_starts.get((old, pending.scenario))
     if ok is None or not ok[0]:
         return None
     arrays = lookahead.peek()
     if arrays is None:
         return None
-    request = runtime.node.take(pending)
+    request = runner.node.take(pending)
     if request is None:
         return None
     lookahead.take()
-    return Transition(runtime, request, old, runtime.transitions.table(old, request.scenario), step, arrays)
+    return Transition(runner, request, old, runner.transitions.table(old, request.scenario), step, arrays)
 
 
-def new_first(runtime: Runtime, old: str, pending: SwitchRequest, lookahead: Lookahead,
+def new_first(runner: FrameRunner, old: str, pending: SwitchRequest, lookahead: Lookahead,
               index: int) -> FrameResult | None:
     """After old's last step, before its copy-out: run the next frame (``index``) on ``pending``'s scenario
     now and return its result, when the new frame writes nothing that copy-out reads (``transition_starts``)
@@ -98,33 +96,33 @@ def new_first(runtime: Runtime, old: str, pending: SwitchRequest, lookahead: Loo
     because everything run here is in Δ: on tiny (0.1-0.3 ms frames) the general path spent 14-19 µs
     between the old frame's last call and the new frame's first, this one 8-12 µs.
     """
-    ok = runtime._transition_starts.get((old, pending.scenario))
+    ok = runner.transition_starts.get((old, pending.scenario))
     if ok is None or not ok[1]:
         return None
     arrays = lookahead.peek()
     if arrays is None:
         return None
-    node = runtime.node
+    node = runner.node
     request = node.take(pending)
     if request is None:
         return None
     lookahead.take()
     new = request.scenario
-    calls = runtime._new_calls[new]
-    old_steps = len(runtime._calls[old])
+    calls = runner.new_calls[new]
+    old_steps = len(runner.calls[old])
     begin = time.perf_counter()
     for array in arrays.values():
-        runtime._new_copy_in[new](array)
+        runner.new_copy_in[new](array)
     calls[0]()
     if len(calls) > 1:  # the switch is under way until the new frame's last step (state, progress)
         node.begin(request)
         for step in range(1, len(calls)):
             node.step_done(old_steps, step)
             calls[step]()
-    return runtime._new_frame_result(request, old, index, begin, old_steps, 0)
+    return runner.new_frame_result(request, old, index, begin, old_steps, 0)
 
 
-def transition_starts(runtime: Runtime) -> dict[tuple[str, str], tuple[bool, bool]]:
+def transition_starts(runner: FrameRunner) -> dict[tuple[str, str], tuple[bool, bool]]:
     """(o, n) → (whether a transition helps after an old step before the last, after the last one), from
     the tables and the bindings, once at load (the test sits in a switch's critical path).
 
@@ -133,36 +131,36 @@ def transition_starts(runtime: Runtime) -> dict[tuple[str, str], tuple[bool, boo
     nothing that copy-out reads (``pairs_apart_from_copy_out``, or no new step waits for the old frame
     at all).
     """
-    apart = pairs_apart_from_copy_out(runtime)
+    apart = pairs_apart_from_copy_out(runner)
     starts: dict[tuple[str, str], tuple[bool, bool]] = {}
-    for table in runtime.transitions.pairs.values():
+    for table in runner.transitions.pairs.values():
         waits, last = table.wait, table.old_steps
         starts[(table.old, table.new)] = (not waits or waits[0] < last,
                                           (table.old, table.new) in apart or not waits or max(waits) < last)
     return starts
 
 
-def pairs_apart_from_copy_out(runtime: Runtime) -> frozenset[tuple[str, str]]:
+def pairs_apart_from_copy_out(runner: FrameRunner) -> frozenset[tuple[str, str]]:
     """Ordered pairs (o, n) whose transition's new frame writes no byte that the copy-out of o's outputs
     reads (from the bindings really made). For those, a request seen after o's last step lets the new
     frame run before that copy-out, so its result reaches the caller first (``new_first``), also when a
     frame is one step. A scenario whose copy-out reads no recorded bytes (a device arena's copy
     sessions): not apart."""
     writes = {scenario: [(start, end) for step in steps for _, start, end in step.writes]
-              for scenario, steps in runtime.bound_accesses(new_frame=True).items()}
-    return frozenset((old, new) for old, reads in runtime._copy_out_reads.items() for new in writes if new != old
+              for scenario, steps in runner.bound_accesses(new_frame=True).items()}
+    return frozenset((old, new) for old, reads in runner.copy_out_reads.items() for new in writes if new != old
                      and not any(a < d and c < b for _, a, b in reads for c, d in writes[new]))
 
 
-def transition_worker(runtime: Runtime) -> ThreadPoolExecutor:
-    if runtime._worker is None:
+def transition_worker(runner: FrameRunner) -> ThreadPoolExecutor:
+    if runner.worker is None:
         from concurrent.futures import ThreadPoolExecutor  # only the ``threads`` schedule has a worker
 
-        runtime._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sbrs-transition")
-    return runtime._worker
+        runner.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sbrs-transition")
+    return runner.worker
 
 
-def cancelling(runtime: Runtime, arrays: Mapping[str, np.ndarray], index: int,
+def cancelling(runner: FrameRunner, arrays: Mapping[str, np.ndarray], index: int,
                inject: tuple[int, str] | None) -> FrameResult:
     """Run frame ``index`` under ``on_switch: cancel``. The caller holds the lock.
 
@@ -178,40 +176,40 @@ def cancelling(runtime: Runtime, arrays: Mapping[str, np.ndarray], index: int,
     never keep every frame from finishing. No SBRS-TP transition runs in this mode: abandoning the old frame
     leaves it nothing to overlap.
     """
-    node = runtime.node
+    node = runner.node
     cancelled: int | None = None
-    runtime._cancellable = True  # (a request arriving now is taken by ``_start_frame``, which clears terminate)
+    runner.cancellable = True  # (a request arriving now is taken by ``start_frame``, which clears terminate)
     while True:
-        previous, request, scenario, begin = runtime._start_frame(arrays)
-        calls = runtime._calls[scenario]
-        done, _ = _steps_until_stopped(runtime, scenario, calls, request, inject, stoppable=cancelled is None)
+        previous, request, scenario, begin = runner.start_frame(arrays)
+        calls = runner.calls[scenario]
+        done, _ = _steps_until_stopped(runner, scenario, calls, request, inject, stoppable=cancelled is None)
         if done == len(calls):
             mode = node.mode if cancelled is None else "cancel"
-            return runtime._old_frame_result(scenario, index, begin, request, previous, mode, cancelled)
+            return runner.old_frame_result(scenario, index, begin, request, previous, mode, cancelled)
         inject = None
-        runtime._cancellable = False  # before ``take`` clears terminate: later requests leave it cleared
+        runner.cancellable = False  # before ``take`` clears terminate: later requests leave it cleared
         node.frame_cancelled(scenario, done)
         if request is not None:  # this frame was the first of a switch that now ends without an output
             node.abandon(request)
         cancelled = done
 
 
-def _steps_until_stopped(runtime: Runtime, scenario: str, calls: Sequence[Callable[[], object]],
+def _steps_until_stopped(runner: FrameRunner, scenario: str, calls: Sequence[Callable[[], object]],
                          request: SwitchRequest | None, inject: tuple[int, str] | None, *,
                          stoppable: bool) -> tuple[int, bool]:
     """Run a frame's steps on ``scenario`` in order, as ``cancelling`` and ``resuming`` do: after each step, stop
     when ``stoppable`` and a request for another scenario is pending; a call stopped inside by
     ``RunOptions.terminate`` stops it too. Returns the steps finished (``len(calls)``: the frame is complete)
-    and whether a call was stopped inside. ``runtime._in_flight`` names the step running (1-based; 0 between
+    and whether a call was stopped inside. ``runner.in_flight`` names the step running (1-based; 0 between
     frames) for ``Runtime._interrupt_resume``; ``inject`` (``sbrs bench``) requests a switch before a step."""
-    node = runtime.node
+    node = runner.node
     last = len(calls)
     done = 0
     try:
         for call in calls:
             if inject is not None and inject[0] == done + 1:
                 node.request(inject[1], "bench")
-            runtime._in_flight = done + 1
+            runner.in_flight = done + 1
             call()
             done += 1
             if done == 1 and request is not None and last > 1:
@@ -224,11 +222,11 @@ def _steps_until_stopped(runtime: Runtime, scenario: str, calls: Sequence[Callab
             raise
         return done, True
     finally:
-        runtime._in_flight = 0
+        runner.in_flight = 0
     return done, False
 
 
-def resuming(runtime: Runtime, arrays: Mapping[str, np.ndarray], index: int,
+def resuming(runner: FrameRunner, arrays: Mapping[str, np.ndarray], index: int,
              inject: tuple[int, str] | None) -> FrameResult:
     """Run frame ``index`` under ``on_switch: resume``. The caller holds the lock.
 
@@ -246,40 +244,40 @@ def resuming(runtime: Runtime, arrays: Mapping[str, np.ndarray], index: int,
     a frame is stopped at most once (later requests wait for its end), and a request seen after the last step
     finds the frame complete: the switch happens at the frame boundary. No SBRS-TP transition runs here.
     """
-    node = runtime.node
-    tables = runtime._resume
-    runtime._cancellable = True  # (a request arriving now is taken by ``_start_frame``, which clears terminate)
-    previous, request, scenario, begin = runtime._start_frame(arrays)
-    calls = runtime._calls[scenario]
-    done, partial = _steps_until_stopped(runtime, scenario, calls, request, inject, stoppable=True)
+    node = runner.node
+    tables = runner.resume
+    runner.cancellable = True  # (a request arriving now is taken by ``start_frame``, which clears terminate)
+    previous, request, scenario, begin = runner.start_frame(arrays)
+    calls = runner.calls[scenario]
+    done, partial = _steps_until_stopped(runner, scenario, calls, request, inject, stoppable=True)
     if done == len(calls):
-        return runtime._old_frame_result(scenario, index, begin, request, previous, node.mode)
-    runtime._cancellable = False  # before ``take`` clears terminate: later requests leave it cleared
+        return runner.old_frame_result(scenario, index, begin, request, previous, node.mode)
+    runner.cancellable = False  # before ``take`` clears terminate: later requests leave it cleared
     switch = node.take()
     if switch is None:  # the request went back to this scenario meanwhile: the frame goes on where it stopped,
         if partial:  # or, when a call was stopped inside, from its start (a band call's line-buffer moves ran)
             done = 0
             for array in arrays.values():
-                runtime._copy_in[scenario](array)
+                runner.copy_in[scenario](array)
         for call in calls[done:]:
             call()
-        return runtime._old_frame_result(scenario, index, begin, request, previous, node.mode)
+        return runner.old_frame_result(scenario, index, begin, request, previous, node.mode)
     node.frame_cancelled(scenario, done)
     if request is not None:  # this frame was the first of a switch that now ends without an output of its own
         node.abandon(request)
     old, new = scenario, switch.scenario
     table = tables.get((old, new))
     resume = 0 if table is None else (table.during[done] if partial else table.after[done])
-    new_calls = runtime._calls[new]
+    new_calls = runner.calls[new]
     if resume == 0:
         for array in arrays.values():
-            runtime._copy_in[new](array)
+            runner.copy_in[new](array)
     count = len(new_calls)
     for step in range(resume, count):
         new_calls[step]()
         if step == resume and count - resume > 1:
             node.begin(switch)
-    return runtime._old_frame_result(new, index, begin, switch, old, "resume", done, resume)
+    return runner.old_frame_result(new, index, begin, switch, old, "resume", done, resume)
 
 
 class Transition:
@@ -304,9 +302,9 @@ class Transition:
     docstring).
     """
 
-    def __init__(self, runtime: Runtime, request: SwitchRequest, old: str, table: PairTable, ssr_step: int,
+    def __init__(self, runner: FrameRunner, request: SwitchRequest, old: str, table: PairTable, ssr_step: int,
                  arrays: Mapping[str, np.ndarray]) -> None:
-        self.runtime = runtime
+        self.runner = runner
         self.request = request
         self.old = old
         self.new = request.scenario
@@ -317,7 +315,7 @@ class Transition:
         self._done = ssr_step  # old steps finished
         # the ``threads`` schedule's: made there, as each object made here delays the new frame's first step
         self._condition: threading.Condition | None = None
-        self._old_calls = runtime._calls[old]
+        self._old_calls = runner.calls[old]
         self._old_index, self._old_begin, self._old_request, self._previous = 0, 0.0, None, old
 
     def old_frame(self, index: int, begin: float, request: SwitchRequest | None, previous: str) -> None:
@@ -329,9 +327,9 @@ class Transition:
         """Run both frames; yield their results in ``order`` (``Runtime.process``). If the caller stops asking
         after the first result, the old frame still finishes (its result is dropped with the generator)."""
         finish_old: Callable[[], FrameResult]
-        if self.runtime.transition_schedule == "threads":
+        if self.runner.transition_schedule == "threads":
             self._condition = threading.Condition()
-            future = transition_worker(self.runtime).submit(self._old_rest)
+            future = transition_worker(self.runner).submit(self._old_rest)
             try:
                 new_result = self._new_frame_threaded()
             except BaseException:
@@ -356,8 +354,8 @@ class Transition:
     def _priority(self) -> tuple[FrameResult | None, FrameResult]:
         """Until the new frame is done: a new step whenever its wait is met, else the next old step. Returns
         the old frame's result if it finished meanwhile (else None), and the new frame's."""
-        runtime, node = self.runtime, self.runtime.node
-        new_calls = runtime._new_calls[self.new]
+        runner, node = self.runner, self.runner.node
+        new_calls = runner.new_calls[self.new]
         waits, old_steps = self.table.wait, len(self._old_calls)
         old_result: FrameResult | None = None
         new_begin = 0.0
@@ -371,7 +369,7 @@ class Transition:
             if step == 0:
                 new_begin = time.perf_counter()
                 for array in self.arrays.values():
-                    runtime._new_copy_in[self.new](array)
+                    runner.new_copy_in[self.new](array)
             if self._done < old_steps:
                 self.overlapped += 1
             call()
@@ -393,11 +391,11 @@ class Transition:
             self._old_done(old_steps)  # after the copy-out (it belongs to the last old step)
 
     def _old_result(self) -> FrameResult:
-        return self.runtime._old_frame_result(self.old, self._old_index, self._old_begin, self._old_request,
+        return self.runner.old_frame_result(self.old, self._old_index, self._old_begin, self._old_request,
                                               self._previous, "sbrs-tp")
 
     def _new_result(self, begin: float) -> FrameResult:
-        return self.runtime._new_frame_result(self.request, self.old, self._old_index + 1, begin, self.ssr_step,
+        return self.runner.new_frame_result(self.request, self.old, self._old_index + 1, begin, self.ssr_step,
                                               self.overlapped)
 
     def _old_done(self, step: int) -> None:
@@ -407,13 +405,13 @@ class Transition:
             with self._condition:
                 self._done = step
                 self._condition.notify_all()
-        self.runtime.node.step_done(step, 0)
+        self.runner.node.step_done(step, 0)
 
     def _new_frame_threaded(self) -> FrameResult:
-        runtime, new = self.runtime, self.new
+        runner, new = self.runner, self.new
         old_steps = self.table.old_steps
         begin = time.perf_counter()
-        for step, (call, wait) in enumerate(zip(runtime._new_calls[new], self.table.wait, strict=True), 1):
+        for step, (call, wait) in enumerate(zip(runner.new_calls[new], self.table.wait, strict=True), 1):
             if self._done < wait:
                 assert self._condition is not None
                 with self._condition:
@@ -423,8 +421,8 @@ class Transition:
                 self.overlapped += 1
             if step == 1:
                 for array in self.arrays.values():
-                    runtime._new_copy_in[new](array)
+                    runner.new_copy_in[new](array)
             call()
             if step == 1 and len(self.table.wait) > 1:
-                runtime.node.begin(self.request)
+                runner.node.begin(self.request)
         return self._new_result(begin)

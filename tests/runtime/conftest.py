@@ -101,7 +101,7 @@ def assert_switch_at_steps_equal(runtime: Runtime, refs: References, frames: lis
     for step in steps:
         runtime.switch(old)
         runtime.infer(frames[2])
-        results = list(runtime._process(frames[:2], order="stream", inject=(step, new)))
+        results = list(runtime.process_with_hooks(frames[:2], order="stream", inject=(step, new)))
         assert [r.scenario for r in results] == [old, new]
         for result, frame in zip(results, frames[:2], strict=True):
             assert_equivalent(result.outputs, refs.outputs(result.scenario, frame), f"{old}->{new}@{step}")

@@ -48,7 +48,7 @@ def request_at_step(runtime: Runtime, scenario: str, step: int, ask: Callable[[]
     """Within the block, ``ask`` runs once just before ``scenario``'s step ``step`` calls ONNX Runtime (a request
     arriving as that call starts: ONNX Runtime finds ``terminate`` set and stops the call at once), or with
     ``after`` just after the call returned (the loop sees the request between two steps)."""
-    real_calls = runtime._calls[scenario]
+    real_calls = runtime.runner.calls[scenario]
     real = real_calls[step - 1]
     asked: list[bool] = []
 
@@ -62,11 +62,11 @@ def request_at_step(runtime: Runtime, scenario: str, step: int, ask: Callable[[]
             ask()
         return result
 
-    runtime._calls[scenario] = (*real_calls[:step - 1], call, *real_calls[step:])
+    runtime.runner.calls[scenario] = (*real_calls[:step - 1], call, *real_calls[step:])
     try:
         yield
     finally:
-        runtime._calls[scenario] = real_calls
+        runtime.runner.calls[scenario] = real_calls
 
 
 def check_stream(results: list[FrameResult], frames: list[np.ndarray], refs: References, where: str) -> None:
@@ -85,7 +85,7 @@ def test_a_request_cancels_the_frame_in_flight_and_the_new_scenario_runs_it(
     old, new = app.config.scenarios[0].name, app.config.scenarios[1].name
     seen = Cancellations()
     with runtime_for(app, on_switch="cancel", observers=[seen]) as runtime:
-        steps = len(runtime._calls[old])
+        steps = len(runtime.runner.calls[old])
         for step in range(1, steps + 1):
             for after in (False, True):
                 runtime.switch(old)
@@ -146,7 +146,7 @@ def test_switches_faster_than_frames_still_let_frames_finish(load_example: Calla
     frames = [random_frame(app, 80 + k) for k in range(4)]
     names = [s.name for s in app.config.scenarios]
     with runtime_for(app, on_switch="cancel") as runtime:
-        real = dict(runtime._calls)
+        real = dict(runtime.runner.calls)
         asked = iter(range(MAX_ASKS + 1))
 
         def asking_first(call: Callable[[], Any]) -> Callable[[], Any]:
@@ -157,11 +157,11 @@ def test_switches_faster_than_frames_still_let_frames_finish(load_example: Calla
                 return call()
             return ask_then_call
 
-        runtime._calls.update({name: tuple(asking_first(c) for c in real[name]) for name in names})
+        runtime.runner.calls.update({name: tuple(asking_first(c) for c in real[name]) for name in names})
         try:
             results = list(runtime.process(frames))
         finally:
-            runtime._calls.update(real)
+            runtime.runner.calls.update(real)
         check_stream(results, frames, refs, "cifar10, a request at every call")
         assert all(r.switch is not None and r.switch.cancelled_steps == 0 for r in results)
 

@@ -106,7 +106,7 @@ def test_sbrs_tp_switches_between_precisions_at_every_step(runtime: Runtime, ref
     for step in range(1, len(runtime.plan.sequences[old]) + 1):
         runtime.switch(old)
         runtime.infer(frames[1])
-        results = list(runtime._process(frames, order="stream", inject=(step, new)))
+        results = list(runtime.process_with_hooks(frames, order="stream", inject=(step, new)))
         assert [(r.index, r.scenario) for r in results] == [(0, old), (1, new)], step
         for result, frame in zip(results, frames, strict=True):
             assert_equivalent(result.outputs, refs.outputs(result.scenario, frame), f"{old}->{new} at step {step}")
@@ -151,7 +151,7 @@ def test_sbrs_tp_switches_mid_frame_between_precisions(layered: Runtime, refs: R
     for step in sorted({*range(1, steps + 1, max(1, steps // 8)), steps}):
         layered.switch(old)
         layered.infer(frames[1])
-        results = list(layered._process(frames, order="stream", inject=(step, new)))
+        results = list(layered.process_with_hooks(frames, order="stream", inject=(step, new)))
         assert [(r.index, r.scenario) for r in results] == [(0, old), (1, new)], step
         for result, frame in zip(results, frames, strict=True):
             assert_equivalent(result.outputs, refs.outputs(result.scenario, frame), f"{old}->{new} at step {step}")

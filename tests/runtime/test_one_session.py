@@ -131,7 +131,7 @@ def test_sbrs_tp_runs_the_new_frame_before_the_old_frame_is_copied_out(tiny_runt
     frames = [random_frame(tiny, 20), random_frame(tiny, 21)]
     runtime.switch("full")
     runtime.infer(frames[0])
-    results = list(runtime._process(frames, order="completion", inject=(1, "exit")))
+    results = list(runtime.process_with_hooks(frames, order="completion", inject=(1, "exit")))
     assert [r.index for r in results] == [1, 0] and [r.scenario for r in results] == ["exit", "full"]
     assert results[0].switch is not None and results[0].switch.mode == "sbrs-tp"
     for result in results:

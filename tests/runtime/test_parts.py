@@ -133,7 +133,7 @@ def test_sbrs_tp_switch_at_every_step_keeps_both_frames_equal_to_onnx_runtime(ro
             for step in range(1, len(runtime.plan.scenarios[old].calls) + 1, 3):
                 runtime.switch(old)
                 runtime.infer(frames[0])
-                results = sorted(runtime._process(frames, inject=(step, new)), key=lambda r: r.index)
+                results = sorted(runtime.process_with_hooks(frames, inject=(step, new)), key=lambda r: r.index)
                 assert [r.scenario for r in results] == [old, new]
                 record = results[1].switch
                 assert record is not None and record.mode == "sbrs-tp"
@@ -153,7 +153,7 @@ def test_naive_switching_by_parts(app: App, refs: References) -> None:
         frames = [random_frame(app, seed) for seed in range(4)]
         rt.switch("full")
         rt.infer(frames[0])
-        results = list(rt._process(frames, inject=(5, "skip")))
+        results = list(rt.process_with_hooks(frames, inject=(5, "skip")))
         assert [r.scenario for r in results] == ["full", "skip", "skip", "skip"]
         assert results[1].switch is not None and results[1].switch.overlapped_steps == 0
         for result in results:
@@ -223,7 +223,7 @@ def test_cancelling_the_frame_in_flight_by_parts(app: App, refs: References) -> 
     frames = [random_frame(app, seed) for seed in range(3)]
     with runtime_for(app, on_switch="cancel") as rt:
         assert rt.execution == "parts"
-        steps = len(rt._calls["full"])
+        steps = len(rt.runner.calls["full"])
         for step, after in ((1, False), (steps // 2, False), (steps // 2, True), (steps, False)):
             rt.switch("full")
             rt.infer(frames[0])
@@ -244,8 +244,8 @@ def test_resume_by_parts_runs_the_frame_again_as_cancel(app: App, refs: Referenc
 
     frames = [random_frame(app, seed) for seed in range(3)]
     with runtime_for(app, on_switch="resume") as rt:
-        assert rt.execution == "parts" and rt._resume == {}
-        steps = len(rt._calls["full"])
+        assert rt.execution == "parts" and rt.runner.resume == {}
+        steps = len(rt.runner.calls["full"])
         for step, after in ((1, False), (steps // 2, True)):
             rt.switch("full")
             rt.infer(frames[0])
@@ -358,7 +358,7 @@ def test_sbrs_tp_switch_at_every_step_with_a_streamed_input(streamed: Runtime, a
                 for step in range(1, len(runtime.plan.scenarios[old].calls) + 1):
                     runtime.switch(old)
                     runtime.infer(frames[1])  # leaves the other frame's rows in the old input buffer
-                    results = sorted(runtime._process(frames, inject=(step, new)), key=lambda r: r.index)
+                    results = sorted(runtime.process_with_hooks(frames, inject=(step, new)), key=lambda r: r.index)
                     assert [r.scenario for r in results] == [old, new]
                     assert results[1].switch is not None and results[1].switch.mode == "sbrs-tp"
                     for result in results:
@@ -393,7 +393,7 @@ def test_a_build_with_a_streamed_input_loads_and_runs(app: App, runtime: Runtime
         assert loaded.execution == "parts" and loaded.memory_report()["within_limit"]
         frames = [random_frame(copy, seed) for seed in (5, 6, 7)]
         loaded.switch("full")
-        results = list(loaded._process(frames, inject=(3, "skip")))
+        results = list(loaded.process_with_hooks(frames, inject=(3, "skip")))
         assert [r.scenario for r in results] == ["full", "skip", "skip"]
         for result in results:
             assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]), "streamed build")

@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def expected_resume(runtime: Runtime, old: str, new: str, done: int, partial: bool) -> int:
-    table = runtime._resume[(old, new)]
+    table = runtime.runner.resume[(old, new)]
     return table.during[done] if partial else table.after[done]
 
 
@@ -61,7 +61,7 @@ def test_a_request_continues_the_frame_in_flight_on_the_new_scenario(
             for new in runtime.scenarios:
                 if old == new:
                     continue
-                steps = len(runtime._calls[old])
+                steps = len(runtime.runner.calls[old])
                 for step in range(1, steps + 1):
                     for after in (False, True):
                         runtime.switch(old)
@@ -84,7 +84,7 @@ def test_a_request_continues_the_frame_in_flight_on_the_new_scenario(
                         assert record is not None and (record.old, record.new, record.mode) == (old, new, "resume")
                         # a request as step s starts: a step the new scenario shares is let finish, any other
                         # is stopped inside (``terminate``)
-                        kept = after or runtime._resume_keep[(old, new)][step]
+                        kept = after or runtime.runner.resume_keep[(old, new)][step]
                         done = step if kept else step - 1
                         want = expected_resume(runtime, old, new, done, partial=not kept)
                         assert (record.cancelled_steps, record.resumed_steps) == (done, want), where
@@ -101,7 +101,7 @@ def test_a_call_stopped_inside_resumes_before_it(load_example: Callable[[str], A
     refs = References(app)
     frames = [random_frame(app, 150 + k) for k in range(2)]
     with runtime_for(app, on_switch="resume") as runtime:
-        cases = [(o, n, s) for (o, n), keep in runtime._resume_keep.items() for s in range(1, len(keep))
+        cases = [(o, n, s) for (o, n), keep in runtime.runner.resume_keep.items() for s in range(1, len(keep))
                  if not keep[s] and s < len(keep) - 1]
         assert cases
         for old, new, step in cases:
@@ -182,10 +182,10 @@ def tiny_resume(load_example: Callable[[str], App]) -> Iterator[tuple[Runtime, R
 
 def ask_once(runtime: Runtime, scenario: str, step: int, target: str, after: bool) -> None:
     """``scenario``'s step ``step`` asks for ``target`` once, just before or after its call, then is itself again."""
-    real = runtime._calls[scenario]
+    real = runtime.runner.calls[scenario]
 
     def call() -> Any:
-        runtime._calls[scenario] = real
+        runtime.runner.calls[scenario] = real
         if not after:
             runtime.switch(target)
         result = real[step - 1]()
@@ -193,7 +193,7 @@ def ask_once(runtime: Runtime, scenario: str, step: int, target: str, after: boo
             runtime.switch(target)
         return result
 
-    runtime._calls[scenario] = (*real[:step - 1], call, *real[step:])
+    runtime.runner.calls[scenario] = (*real[:step - 1], call, *real[step:])
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -215,14 +215,14 @@ def test_random_requests_resume_correctly(tiny_resume: tuple[Runtime, References
             if k in plan:
                 step, after, target = plan[k]
                 current = runtime.node.target
-                ask_once(runtime, current, min(step, len(runtime._calls[current])), target, after)
+                ask_once(runtime, current, min(step, len(runtime.runner.calls[current])), target, after)
             yield frame
 
-    originals = dict(runtime._calls)
+    originals = dict(runtime.runner.calls)
     try:
         results = list(runtime.process(source()))
     finally:
-        runtime._calls.update(originals)  # a step whose frame never came asks no more
+        runtime.runner.calls.update(originals)  # a step whose frame never came asks no more
     check_stream(results, frames, refs, f"tiny resume, requests {requests}")
 
 

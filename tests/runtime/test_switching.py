@@ -93,7 +93,7 @@ def test_every_pair_and_ssr_step_is_equivalent(tiny_runtimes: dict[str, Runtime]
                 for order in ("stream", "completion"):
                     runtime.switch(old)
                     runtime.infer(frames[0])
-                    results = list(runtime._process(frames, order=order, inject=(step, new)))
+                    results = list(runtime.process_with_hooks(frames, order=order, inject=(step, new)))
                     if order == "completion":  # the new frame's result may come first, never another way
                         results.sort(key=lambda r: r.index)
                     assert [r.index for r in results] == [0, 1]
@@ -174,7 +174,7 @@ def test_the_new_scenario_output_comes_first(load_example: Callable[[str], App],
         runtime.switch(old)
         runtime.infer(frames[1])
         switches = runtime.node.switches
-        results = list(runtime._process(frames, order="completion", inject=(1, new)))
+        results = list(runtime.process_with_hooks(frames, order="completion", inject=(1, new)))
         assert [(r.index, r.scenario) for r in results] == [(1, new), (0, old)]
         assert results[0].switch is not None and results[0].switch.ssr_step == 1
         for result in results:
@@ -210,7 +210,7 @@ def test_one_step_frames_put_the_new_output_first_too(schedule: str) -> None:
                 for order, expected in (("completion", [(1, new), (0, old)]), ("stream", [(0, old), (1, new)])):
                     runtime.switch(old)
                     runtime.infer(frames[0])
-                    results = list(runtime._process(frames, order=order, inject=(1, new)))
+                    results = list(runtime.process_with_hooks(frames, order=order, inject=(1, new)))
                     assert [(r.index, r.scenario) for r in results] == expected, f"{old}->{new} {order}"
                     first_new = results[expected.index((1, new))]
                     assert first_new.switch is not None and first_new.switch.ssr_step == 1
@@ -221,7 +221,7 @@ def test_one_step_frames_put_the_new_output_first_too(schedule: str) -> None:
                 runtime.switch(old)
                 runtime.infer(frames[0])
                 done.clear()
-                results_iter = runtime._process(frames, inject=(1, new))
+                results_iter = runtime.process_with_hooks(frames, inject=(1, new))
                 assert next(results_iter).scenario == new
                 results_iter.close()
                 assert sorted(done) == sorted([old, new]) and runtime.node.status()["switching_to"] is None
@@ -237,7 +237,7 @@ def test_a_caller_that_stops_after_the_new_output_leaves_the_runtime_consistent(
         old, new = runtime.scenarios[0], runtime.scenarios[2]
         runtime.switch(old)
         runtime.infer(frames[2])
-        results = runtime._process(frames[:2], inject=(1, new))
+        results = runtime.process_with_hooks(frames[:2], inject=(1, new))
         first = next(results)
         assert first.scenario == new
         results.close()  # the old frame's rest still runs; its result goes nowhere
