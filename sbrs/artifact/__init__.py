@@ -1,6 +1,7 @@
 """Stage 6 of the data flow: the compiled build of an app (``APP.build/``). ``build`` runs the build sequence
 (``build_app``: plan, search under a memory limit, compile, write), ``write`` writes the folder, ``read``
-verifies and loads it, ``child`` builds in a child process for a process that serves frames."""
+verifies and loads it, ``child`` builds in a child process for a process that serves frames (``ensure_build``:
+the build a run starts from, made first when missing)."""
 
 from typing import TYPE_CHECKING
 

@@ -2,7 +2,8 @@
 
 Building parses every model, imports onnx, pydantic and YAML and keeps the models' weights while it writes:
 memory that a device running ``sbrs run`` would pay for as long as the run lasts. ``sbrs run`` and
-``sbrs.runtime_for(path)`` therefore build a missing build with :func:`build_in_child`, which runs this module
+``sbrs.runtime_for(path)`` therefore build a missing build with :func:`build_in_child` (:func:`ensure_build`: the
+app's build folder, built first when there is none), which runs this module
 (``python -m sbrs.artifact.child APP.yaml``): it calls ``sbrs.artifact.build.build_app`` and answers on its
 stdout in JSON lines, one object per line:
 
