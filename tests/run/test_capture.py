@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from sbrs.app.config import InputSpec
-from sbrs.app.preprocess import Preprocess
+from sbrs.app.settings import Preprocess
 from sbrs.cli import main
 from sbrs.errors import InputError
 from sbrs.run import capture
