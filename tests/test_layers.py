@@ -132,8 +132,9 @@ def circles(root: Path = PACKAGE) -> list[str]:
     """Each circle of imports between the files of one package, as ``a:LINE -> b:LINE -> a``: every strongly
     connected component of the package's import graph (Tarjan's algorithm), walked once around."""
     modules = sources(root)
+    packages = {name: package_of(name, root) for name in modules}
     graph = {name: {target: line for target, line in imported_modules(tree, modules).items()
-                    if target != name and package_of(target, root) == package_of(name, root)}
+                    if target != name and packages[target] == packages[name]}
              for name, tree in modules.items()}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
