@@ -105,11 +105,12 @@ def lazy_exports_of(tree: ast.Module) -> dict[str, str]:
             if isinstance(key, ast.Constant) and isinstance(value, ast.Constant)}
 
 
-def imported_modules(tree: ast.Module, modules: dict[str, ast.Module]) -> dict[str, int]:
+def imported_modules(tree: ast.Module, modules: dict[str, ast.Module],
+                     exports: dict[str, dict[str, str]] | None = None) -> dict[str, int]:
     """Every module of ``modules`` that ``tree`` imports, at any depth of its code (``TYPE_CHECKING`` and lazy
     imports inside functions included), with the line of its first import. ``from p import n`` imports the module
     ``p.n`` when there is one, else ``p`` and, where ``p`` is a package exporting ``n`` lazily, the module
-    defining ``n``."""
+    defining ``n`` (``exports``: each package's, when already read)."""
     found: dict[str, int] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -119,7 +120,9 @@ def imported_modules(tree: ast.Module, modules: dict[str, ast.Module]) -> dict[s
                     continue
                 found.setdefault(node.module, node.lineno)
                 if node.module in modules:
-                    lazy = lazy_exports_of(modules[node.module]).get(alias.name)
+                    package = (exports.get(node.module, {}) if exports is not None
+                               else lazy_exports_of(modules[node.module]))
+                    lazy = package.get(alias.name)
                     if lazy is not None:
                         found.setdefault(lazy, node.lineno)
         elif isinstance(node, ast.Import):
@@ -133,7 +136,8 @@ def circles(root: Path = PACKAGE) -> list[str]:
     connected component of the package's import graph (Tarjan's algorithm), walked once around."""
     modules = sources(root)
     packages = {name: package_of(name, root) for name in modules}
-    graph = {name: {target: line for target, line in imported_modules(tree, modules).items()
+    exports = {name: lazy_exports_of(tree) for name, tree in modules.items() if packages[name] == name}
+    graph = {name: {target: line for target, line in imported_modules(tree, modules, exports).items()
                     if target != name and packages[target] == packages[name]}
              for name, tree in modules.items()}
     index: dict[str, int] = {}
