@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sbrs.artifact.read import load_build
 from sbrs.app import load_app
+from sbrs.artifact.read import load_build
 from sbrs.artifact.write import compile_app
 from sbrs.compile import timing_cache
 from sbrs.compile.timing_cache import files_digest, measured_once, timing_path
