@@ -316,7 +316,7 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
     """
     from sbrs.compile.fit import scenario_memory_mb as parts_memory_mb
     from sbrs.compile.footprint import parts_footprint, units_footprint
-    from sbrs.compile.layout import unit_model
+    from sbrs.compile.layout import UnitModels
     from sbrs.compile.transitions import build_transition_plan, plan_shadow
     from sbrs.compile.unit_plan import build_unit_plan
     from sbrs.moc import derive_moc
@@ -369,8 +369,9 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
                 assert plan is not None and moc is not None
                 specs = {t.id: t.spec for t in plan.tensors}
                 progress = Progress(logger, "writing unit files", len(plan.units), unit="units")
+                unit_models = UnitModels(app.models, moc, specs, app.name, initializer=weights.tensor)
                 for done, unit in enumerate(plan.units, 1):
-                    model = unit_model(app.models, moc, unit, specs, app.name, initializer=weights.tensor)
+                    model = unit_models(unit)
                     onnx.save_model(model, str(staging / f"{unit.id}.onnx"))
                     progress(done)
             else:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sbrs.app import App
+from tests.conftest import quiet_options
 
 if TYPE_CHECKING:
     from sbrs.runtime.engine import Runtime
@@ -58,7 +59,7 @@ class References:
     def __init__(self, app: App) -> None:
         import onnxruntime as ort  # a default session, as a user of plain ONNX Runtime makes it
 
-        self.sessions = {s.name: ort.InferenceSession(s.model_path, providers=["CPUExecutionProvider"])
+        self.sessions = {s.name: ort.InferenceSession(s.model_path, quiet_options(), providers=["CPUExecutionProvider"])
                          for s in app.config.scenarios}
         frame_shape = app.config.input.shape
         self.resizes = {s.name: resize_session(frame_shape, s.input_size, app.config.input.dtype)
@@ -85,7 +86,7 @@ def resize_session(frame_shape: tuple[int, ...], size: tuple[int, int], dtype: s
     graph = helper.make_graph([node], "resize", [helper.make_tensor_value_info("frame", element, list(frame_shape))],
                               [helper.make_tensor_value_info("resized", element, None)], [sizes])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model.SerializeToString(), quiet_options(), providers=["CPUExecutionProvider"])
 
 
 def assert_equivalent(got: dict[str, np.ndarray], want: dict[str, np.ndarray], where: str) -> None:
