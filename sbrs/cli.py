@@ -99,10 +99,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     elif args.table:
         print(format_capture_table(moc))
     else:
-        from sbrs.report.summary import MAX_LINES, app_summary, format_summary, plan_for
+        import textwrap
 
-        print(format_summary(app_summary(app, moc, plan_for(app)), MAX_LINES - 1))  # one screen with the next line
-        print(_streams_line(args.app, str(app.config.runtime.streams)))
+        from sbrs.report.summary import MAX_LINES, WIDTH, app_summary, format_summary, plan_for
+
+        streams = textwrap.wrap(_streams_line(args.app, str(app.config.runtime.streams)), WIDTH,
+                                subsequent_indent="  ")
+        print(format_summary(app_summary(app, moc, plan_for(app)), MAX_LINES - len(streams)))  # one screen in all
+        print("\n".join(streams))
     return 0
 
 

@@ -71,6 +71,24 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(cache, ignore_errors=True)
 
 
+def made_once(name: str, make: Callable[[Path], None]) -> Path:
+    """A folder made once per test run (by ``make(folder)``) and read by every test and worker that asks for it:
+    ``<run cache>/once/<name>``, made under a lock. For what costs seconds and is only read afterwards (a report
+    measured with ``--measure``): a module fixture is made again wherever xdist runs the module's tests apart."""
+    import fcntl
+
+    folder = Path(os.environ[CACHE_VARIABLE]) / "once" / name
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / ".made").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            (folder / ".made").touch()
+    return folder
+
+
 _run_cache = pytest.StashKey[Path]()
 _previous_cache = pytest.StashKey["str | None"]()
 
@@ -151,10 +169,19 @@ def assert_one_line_error(err: str, fragment: str, line: int | None = None, file
         assert f"{file}:{line}: " in err, err
 
 
+def quiet_options() -> ort.SessionOptions:
+    """ONNX Runtime's default options but for its pool's spinning: a reference session's threads spin after every
+    call, taking a core from the runtime under test and from the other test worker, and change no output."""
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
 def ort_session(model: onnx.ModelProto | str | Path) -> ort.InferenceSession:
-    """A CPU reference session with ONNX Runtime's default options, as a user of plain ONNX Runtime makes it."""
+    """A CPU reference session with ONNX Runtime's default options (``quiet_options``), as a user of plain ONNX
+    Runtime makes it."""
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
-    return ort.InferenceSession(source, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(source, quiet_options(), providers=["CPUExecutionProvider"])
 
 
 #: An app of a small zoo MobileNetV2 and scenarios derived from it (docs/APP_YAML.md, "Derived scenarios"):

@@ -180,8 +180,9 @@ def _measured_unit_threads(app: App, plan: UnitPlan, staging: Path, optimized: b
     """The units that run faster on one thread than on the app's threads, measured on this machine
     (``sbrs.compile.unit_threads``); none where the app fixes its threads, shares ONNX Runtime's pool, runs on
     another provider or on two streams (one-thread sessions already), or the machine has one core."""
+    from sbrs.compile.timing_cache import measured_once, timing_path
     from sbrs.compile.unit_threads import measure_unit_threads, whole_frame_units
-    from sbrs.ort_env import CPU_PROVIDER, resolve_providers
+    from sbrs.ort_env import CPU_PROVIDER, machine_key, resolve_providers
 
     runtime = app.config.runtime
     providers = resolve_providers(tuple(runtime.providers), where=app.config.path)
@@ -191,7 +192,20 @@ def _measured_unit_threads(app: App, plan: UnitPlan, staging: Path, optimized: b
         return {}
     suffix = OPTIMIZED_SUFFIX if optimized else ".onnx"
     paths = {unit.id: str(staging / f"{unit.id}{suffix}") for unit in plan.units}
-    return measure_unit_threads(paths, providers, cores, optimized=optimized, warm=whole_frame_units(plan.sequences))
+    warm = whole_frame_units(plan.sequences)
+    timing = measured_once(timing_path("unit-threads", _units_digest(staging), machine_key(providers), optimized,
+                                       sorted(warm)),
+                           lambda: measure_unit_threads(paths, providers, cores, optimized=optimized, warm=warm))
+    return {str(unit): int(threads) for unit, threads in timing.figures.items()}
+
+
+def _units_digest(staging: Path) -> str:
+    """The digest of the build's portable unit files and weights, which its timings are measured on (the
+    optimised forms follow from them and the machine, ``sbrs.compile.timing_cache``)."""
+    from sbrs.compile.timing_cache import files_digest
+
+    return files_digest(sorted(path for path in staging.iterdir()
+                               if path.is_file() and OPTIMIZED_SUFFIX not in path.name and path.name != MANIFEST))
 
 
 def _chosen_streams(app: App, plan: UnitPlan, staging: Path, optimized: bool, unit_threads: Mapping[str, int],
@@ -201,10 +215,11 @@ def _chosen_streams(app: App, plan: UnitPlan, staging: Path, optimized: bool, un
     stream): a switch gives the frame in flight up or resumes it (one frame at a time), the app shares ONNX
     Runtime's pool or runs on another provider, the machine has one core, or two arenas would break the
     app's memory limit."""
-    from sbrs.compile.unit_streams import StreamsChoice, choose_streams, measure_streams
+    from sbrs.compile.timing_cache import measured_once, timing_path
+    from sbrs.compile.unit_streams import ScenarioStreams, StreamsChoice, choose_streams, measure_streams
     from sbrs.compile.unit_threads import whole_frame_units
     from sbrs.model import params_bytes
-    from sbrs.ort_env import CPU_PROVIDER, resolve_providers
+    from sbrs.ort_env import CPU_PROVIDER, machine_key, resolve_providers
 
     runtime = app.config.runtime
     asked = str(runtime.streams)
@@ -227,16 +242,21 @@ def _chosen_streams(app: App, plan: UnitPlan, staging: Path, optimized: bool, un
         return StreamsChoice(1, asked, why_one)
     suffix = OPTIMIZED_SUFFIX if optimized else ".onnx"
     threads = runtime.threads or cores
-    load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
-    figures = measure_streams({unit.id: str(staging / f"{unit.id}{suffix}") for unit in plan.units}, plan.sequences,
-                              providers, lambda unit: min(threads, unit_threads.get(unit, threads)),
-                              optimized=optimized, warm=whole_frame_units(plan.sequences),
-                              plain={s.name: s.model_path for s in app.config.scenarios})
-    choice = choose_streams(figures, load)
-    if choice.busy(cores):
+    plain = {s.name: s.model_path for s in app.config.scenarios}
+
+    def measure() -> dict[str, Any]:
+        figures = measure_streams({unit.id: str(staging / f"{unit.id}{suffix}") for unit in plan.units},
+                                  plan.sequences, providers, lambda unit: min(threads, unit_threads.get(unit, threads)),
+                                  optimized=optimized, warm=whole_frame_units(plan.sequences), plain=plain)
+        return {scenario: figure.to_dict() for scenario, figure in figures.items()}
+
+    timing = measured_once(timing_path("streams", _units_digest(staging), machine_key(providers), optimized, threads,
+                                       sorted(unit_threads.items()), sorted(plain)), measure)
+    choice = choose_streams({s: ScenarioStreams.from_dict(f) for s, f in timing.figures.items()}, timing.load)
+    if choice.busy(cores) and not timing.cached:
         logger.warning("sbrs build: runtime.streams: auto measured %s on a busy machine (load average %.1f, %d cores): "
-                       "the choice (%d) is that machine's; build again when it is quiet, or set runtime.streams",
-                       app.name, load, cores, choice.streams)
+                       "the choice (%d) is that machine's, kept for its next builds until one finds it quiet; "
+                       "or set runtime.streams", app.name, timing.load, cores, choice.streams)
     return choice
 
 
@@ -296,7 +316,7 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
     """
     from sbrs.compile.fit import scenario_memory_mb as parts_memory_mb
     from sbrs.compile.footprint import parts_footprint, units_footprint
-    from sbrs.compile.layout import unit_model
+    from sbrs.compile.layout import UnitModels
     from sbrs.compile.transitions import build_transition_plan, plan_shadow
     from sbrs.compile.unit_plan import build_unit_plan
     from sbrs.moc import derive_moc
@@ -349,8 +369,9 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
                 assert plan is not None and moc is not None
                 specs = {t.id: t.spec for t in plan.tensors}
                 progress = Progress(logger, "writing unit files", len(plan.units), unit="units")
+                unit_models = UnitModels(app.models, moc, specs, app.name, initializer=weights.tensor)
                 for done, unit in enumerate(plan.units, 1):
-                    model = unit_model(app.models, moc, unit, specs, app.name, initializer=weights.tensor)
+                    model = unit_models(unit)
                     onnx.save_model(model, str(staging / f"{unit.id}.onnx"))
                     progress(done)
             else:

@@ -356,35 +356,61 @@ def _unit(unit_id: str, run: tuple[StepKey, ...], scenarios: tuple[str, ...],
 def unit_model(models: Mapping[str, CnnModel], moc: Moc, unit: Unit, tensor_specs: Mapping[str, TensorSpec],
                app_name: str = "sbrs", initializer: Callable[[np.ndarray, str], onnx.TensorProto] | None = None,
                ) -> onnx.ModelProto:
-    """The ONNX model of ``unit``, built from its source scenario's layers: data tensors produced inside the unit
-    are named by supergraph tensor id, operands read from outside by the unit's input placeholders."""
-    from onnx import numpy_helper
+    """The ONNX model of ``unit`` (``UnitModels``, for one unit)."""
+    return UnitModels(models, moc, tensor_specs, app_name, initializer)(unit)
 
-    from sbrs.model.onnx_export import build_graph_model
 
-    private = frozenset(replace(key, private_to="") for key in unit.steps if key.private_to)
-    users = {s: _scenario_steps(models[s], moc, s, scenario_tensor_ids(models[s], moc, s), private)
-             for s in unit.scenarios}
-    placeholder_of = {tuple(unit.input_tensors[s][index] for s in unit.scenarios): name
-                      for index, name in enumerate(unit.inputs)}
-    tensor_spec_of = {name: tensor_specs[unit.input_tensors[unit.source][index]]
-                      for index, name in enumerate(unit.inputs)}
-    source = users[unit.source]
-    layers = []
-    for key in unit.steps:
-        layer = source.layers[source.position[key]]
-        per_operand = list(zip(*(users[s].sources[key] for s in unit.scenarios), strict=True))
-        data_names = iter(tensors[0] if tensors[0].split(":")[0] in unit.layers else placeholder_of[tensors]
-                          for tensors in per_operand)
-        params = {p.name for p in layer.params}
-        operands = tuple(o if not o or o in params else next(data_names) for o in layer.operands)
-        outputs = tuple(source.names[o] if o else "" for o in layer.outputs)
-        layers.append(replace(layer, operands=operands, outputs=outputs))
-    model = models[unit.source]
-    return build_graph_model(
-        layers,
-        [(name, tensor_spec_of[name]) for name in unit.inputs],
-        [(t, tensor_specs[t]) for t in unit.outputs],
-        model.weights, model.opset_imports, f"{app_name}.{unit.id}",
-        initializer=initializer or numpy_helper.from_array,
-    )
+class UnitModels:
+    """The ONNX models of a plan's units, built from each unit's source scenario's layers: data tensors produced
+    inside the unit are named by supergraph tensor id, operands read from outside by the unit's input
+    placeholders. Each scenario's steps and tensor ids are worked out once for all its units (per unit, they cost
+    a compile of cifar10's 115 units 2.9 s of 7)."""
+
+    def __init__(self, models: Mapping[str, CnnModel], moc: Moc, tensor_specs: Mapping[str, TensorSpec],
+                 app_name: str = "sbrs", initializer: Callable[[np.ndarray, str], onnx.TensorProto] | None = None,
+                 ) -> None:
+        self.models, self.moc, self.tensor_specs = models, moc, tensor_specs
+        self.app_name, self.initializer = app_name, initializer
+        self.tensor_ids: dict[str, dict[str, str]] = {}
+        self.steps: dict[tuple[str, frozenset[StepKey]], _ScenarioSteps] = {}
+
+    def scenario_steps(self, scenario: str, private: frozenset[StepKey]) -> _ScenarioSteps:
+        if scenario not in self.tensor_ids:
+            self.tensor_ids[scenario] = scenario_tensor_ids(self.models[scenario], self.moc, scenario)
+        key = (scenario, private)
+        if key not in self.steps:
+            self.steps[key] = _scenario_steps(self.models[scenario], self.moc, scenario, self.tensor_ids[scenario],
+                                              private)
+        return self.steps[key]
+
+    def __call__(self, unit: Unit) -> onnx.ModelProto:
+        from onnx import numpy_helper
+
+        from sbrs.model.onnx_export import build_graph_model
+
+        tensor_specs = self.tensor_specs
+        private = frozenset(replace(key, private_to="") for key in unit.steps if key.private_to)
+        users = {s: self.scenario_steps(s, private) for s in unit.scenarios}
+        placeholder_of = {tuple(unit.input_tensors[s][index] for s in unit.scenarios): name
+                          for index, name in enumerate(unit.inputs)}
+        tensor_spec_of = {name: tensor_specs[unit.input_tensors[unit.source][index]]
+                          for index, name in enumerate(unit.inputs)}
+        source = users[unit.source]
+        layers = []
+        for key in unit.steps:
+            layer = source.layers[source.position[key]]
+            per_operand = list(zip(*(users[s].sources[key] for s in unit.scenarios), strict=True))
+            data_names = iter(tensors[0] if tensors[0].split(":")[0] in unit.layers else placeholder_of[tensors]
+                              for tensors in per_operand)
+            params = {p.name for p in layer.params}
+            operands = tuple(o if not o or o in params else next(data_names) for o in layer.operands)
+            outputs = tuple(source.names[o] if o else "" for o in layer.outputs)
+            layers.append(replace(layer, operands=operands, outputs=outputs))
+        model = self.models[unit.source]
+        return build_graph_model(
+            layers,
+            [(name, tensor_spec_of[name]) for name in unit.inputs],
+            [(t, tensor_specs[t]) for t in unit.outputs],
+            model.weights, model.opset_imports, f"{self.app_name}.{unit.id}",
+            initializer=self.initializer or numpy_helper.from_array,
+        )

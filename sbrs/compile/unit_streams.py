@@ -91,6 +91,14 @@ class ScenarioStreams:
         """A frame's time on one stream of two (each stream runs a frame while the other runs another)."""
         return 2 * self.two_s
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ScenarioStreams:
+        def seconds(key: str) -> float | None:
+            return None if data.get(key) is None else float(data[key])
+
+        return cls(float(data["one_stream_s"]), float(data["two_streams_s"]), seconds("plain_threads_s"),
+                   seconds("plain_two_frames_s"))
+
     def to_dict(self) -> dict[str, float | None]:
         plain = self.plain_gain
         return {"one_stream_s": round(self.one_s, 7), "two_streams_s": round(self.two_s, 7),
@@ -134,16 +142,8 @@ class StreamsChoice:
     def from_dict(cls, data: Mapping[str, Any]) -> StreamsChoice:
         figures = data.get("figures")
         return cls(int(data["streams"]), str(data["asked"]), str(data["reason"]),
-                   None if figures is None else {s: _scenario_from_dict(f) for s, f in figures.items()},
+                   None if figures is None else {s: ScenarioStreams.from_dict(f) for s, f in figures.items()},
                    None if data.get("load") is None else float(data["load"]))
-
-
-def _scenario_from_dict(data: Mapping[str, Any]) -> ScenarioStreams:
-    def seconds(key: str) -> float | None:
-        return None if data.get(key) is None else float(data[key])
-
-    return ScenarioStreams(float(data["one_stream_s"]), float(data["two_streams_s"]), seconds("plain_threads_s"),
-                           seconds("plain_two_frames_s"))
 
 
 def choose_streams(figures: Mapping[str, ScenarioStreams], load: float | None = None) -> StreamsChoice:

@@ -320,8 +320,8 @@ def _can_capture(group: _Group, view: _View, inputs: tuple[_Port, ...], adaptive
         return False
     if "par" not in adaptive and view.par != group.founder.par:
         return False
-    if view.sizes != group.founder.sizes and view.par != group.founder.par:
-        return False  # a layer at another size is the same layer only with the same weights
+    if any(view.sizes != member.sizes and view.par != member.par for member in group.members.values()):
+        return False  # a layer at another size is the same layer only with the same weights: every member's
     if "I" not in adaptive and inputs != group.founder_inputs:
         return False
     # both tests below go over the group's members (one per scenario): asked only where they can fail

@@ -93,7 +93,7 @@ def app_program(app: App, *, granularity: str | None, parts: PartsPlan | None, t
         return Program(parts, _tables(parts), parts.model_bytes, calls.__getitem__,
                        footprint=parts_footprint(parts)), mode
     from sbrs.compile.footprint import units_footprint
-    from sbrs.compile.layout import unit_model
+    from sbrs.compile.layout import UnitModels
     from sbrs.compile.transitions import build_transition_plan, plan_shadow
     from sbrs.compile.unit_plan import build_unit_plan
     from sbrs.moc import derive_moc
@@ -114,8 +114,10 @@ def app_program(app: App, *, granularity: str | None, parts: PartsPlan | None, t
     specs = {t.id: t.spec for t in plan.tensors}
     units = {unit.id: unit for unit in plan.units}
 
+    unit_models = UnitModels(app.models, moc, specs, app.name)
+
     def model(unit_id: str) -> onnx.ModelProto:
-        return unit_model(app.models, moc, units[unit_id], specs, app.name)
+        return unit_models(units[unit_id])
 
     footprint = units_footprint(app.models, plan, app.config.runtime.max_streams(by_parts=False))
     return Program(plan, transitions, model_bytes, model, shadow, footprint=footprint), mode

@@ -55,7 +55,8 @@ def frame_of(model: CnnModel, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(spec.shape).astype(spec.dtype)
 
 
-@pytest.mark.parametrize("name", ZOO)
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow) if name == "resnet50" else name
+                                  for name in ZOO])  # resnet50: 4-5 s a case; resnet18 has the same blocks' kinds
 @pytest.mark.parametrize("config", ["maximal", "mixed"])
 def test_zoo_by_parts_equals_unreduced(name: str, config: str) -> None:
     model = zoo_model(name)
@@ -183,7 +184,8 @@ def example_bands(app_models: dict[str, CnnModel]) -> dict[str, dict[str, int]]:
     return result
 
 
-@pytest.mark.parametrize("path", APPS, ids=[p.stem for p in APPS])
+@pytest.mark.parametrize("path", [pytest.param(path, marks=pytest.mark.slow) if path.stem in ("drone", "multi-cnn")
+                                  else path for path in APPS], ids=[p.stem for p in APPS])  # 4-6 s each
 def test_example_apps_under_reduction(path, load_example) -> None:
     app = load_example(path.stem)
     references = References(app)

@@ -17,7 +17,7 @@ from sbrs.app import load_app
 from sbrs.cli import main
 from sbrs.moc import derive_moc
 from sbrs.model.cnn import INPUT_OP, OUTPUT_OP
-from tests.conftest import APPS, REPO, REPO_BUILDS
+from tests.conftest import APPS, REPO, REPO_BUILDS, made_once
 
 pytestmark = REPO_BUILDS  # builds an example app inside the repository (tests/conftest.py)
 
@@ -62,12 +62,13 @@ def _report(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def measured() -> Path:
     """A report of tiny with short bench runs and a short reduction search made for it (``--measure``): every
     picture, the Pareto front of a search run for the report (tiny sets no memory_limit_mb)."""
-    folder = tmp_path_factory.mktemp("measured")
-    assert main(["report", str(TINY), "-o", str(folder), "--measure", "-q"]) == 0
-    return folder
+    def measure(folder: Path) -> None:
+        assert main(["report", str(TINY), "-o", str(folder), "--measure", "-q"]) == 0
+
+    return made_once("report-measured", measure)
 
 
 def _assert_valid(folder: Path, pictures: set[str]) -> _Page:

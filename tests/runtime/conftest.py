@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sbrs.app import App
+from tests.conftest import quiet_options
 
 if TYPE_CHECKING:
     from sbrs.runtime.engine import Runtime
@@ -30,17 +31,21 @@ SMALL_SEARCH = ("--generations", "6", "--population", "12", "--cost", "analytic"
 
 def build_under_its_plan(path: Path, template: str, factor: float = 0.95) -> int:
     """Write ``template`` (with ``{limit}`` left empty) to ``path`` and build it, then build it again with
-    ``memory_limit_mb`` at ``factor`` of that unreduced plan (a short search); the unreduced plan's bytes."""
+    ``memory_limit_mb`` at ``factor`` of that unreduced plan on one stream (a short search); the unreduced plan's
+    bytes on one stream (where ``runtime.streams: auto`` took two, each holds its own tensors: the plan's part
+    beyond the parameters is halved)."""
     from sbrs.artifact.read import load_build
     from sbrs.cli import main
 
     path.write_text(template.format(limit=""))
     assert main(["build", str(path), "--json"]) == 0
-    unreduced = load_build(path).footprint
-    assert unreduced is not None
-    path.write_text(template.format(limit=f"memory_limit_mb: {round(factor * unreduced.plan_bytes / 1e6, 6)}"))
+    built = load_build(path)
+    assert built.footprint is not None
+    params, plan_bytes = built.footprint.params_bytes, built.footprint.plan_bytes
+    unreduced = params + (plan_bytes - params) // built.streams
+    path.write_text(template.format(limit=f"memory_limit_mb: {round(factor * unreduced / 1e6, 6)}"))
     assert main(["build", str(path), "--json", *SMALL_SEARCH]) == 0
-    return unreduced.plan_bytes
+    return unreduced
 
 
 def random_frame(app: App, seed: int) -> np.ndarray:
@@ -54,7 +59,7 @@ class References:
     def __init__(self, app: App) -> None:
         import onnxruntime as ort  # a default session, as a user of plain ONNX Runtime makes it
 
-        self.sessions = {s.name: ort.InferenceSession(s.model_path, providers=["CPUExecutionProvider"])
+        self.sessions = {s.name: ort.InferenceSession(s.model_path, quiet_options(), providers=["CPUExecutionProvider"])
                          for s in app.config.scenarios}
         frame_shape = app.config.input.shape
         self.resizes = {s.name: resize_session(frame_shape, s.input_size, app.config.input.dtype)
@@ -81,7 +86,7 @@ def resize_session(frame_shape: tuple[int, ...], size: tuple[int, int], dtype: s
     graph = helper.make_graph([node], "resize", [helper.make_tensor_value_info("frame", element, list(frame_shape))],
                               [helper.make_tensor_value_info("resized", element, None)], [sizes])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model.SerializeToString(), quiet_options(), providers=["CPUExecutionProvider"])
 
 
 def assert_equivalent(got: dict[str, np.ndarray], want: dict[str, np.ndarray], where: str) -> None:

@@ -29,9 +29,15 @@ def check_every_scenario(app: App, runtime: Runtime, references: References, see
                               f"{app.name}/{scenario}/{runtime.plan.granularity}/A={app.config.adaptive}/seed {seed}")
 
 
-@pytest.mark.parametrize("adaptive", ADAPTIVE_SETS, ids=lambda a: "".join(a))
-@pytest.mark.parametrize("granularity", ["auto", "layer"])
-@pytest.mark.parametrize("name", SMALL_APPS)
+def small_app_cases() -> list[object]:
+    """Every small app, granularity and A; cifar10 by layer (115 units, 8 s a case) in the slow tier, where tiny and
+    pamap2 by layer and cifar10 by auto units keep both in the fast one."""
+    return [pytest.param(name, granularity, adaptive, id=f"{name}-{granularity}-{''.join(adaptive)}",
+                         marks=[pytest.mark.slow] if (name, granularity) == ("cifar10", "layer") else [])
+            for name in SMALL_APPS for granularity in ("auto", "layer") for adaptive in ADAPTIVE_SETS]
+
+
+@pytest.mark.parametrize(("name", "granularity", "adaptive"), small_app_cases())
 def test_small_apps_equal_onnxruntime(load_example: Callable[[str], App], name: str, granularity: str,
                                       adaptive: tuple[str, ...]) -> None:
     app = with_adaptive(load_example(name), adaptive)
@@ -41,7 +47,7 @@ def test_small_apps_equal_onnxruntime(load_example: Callable[[str], App], name: 
 
 @pytest.mark.parametrize(("name", "granularity", "adaptive"), [
     ("drone", "auto", ("I", "O", "par")),
-    ("drone", "layer", ("I", "O", "par")),
+    pytest.param("drone", "layer", ("I", "O", "par"), marks=pytest.mark.slow),  # 6 s; drone by auto units stays
     ("drone", "auto", ("I", "O")),
     ("multi-cnn", "auto", ("I", "O", "par")),
     pytest.param("multi-cnn", "layer", ("I", "O", "par"), marks=pytest.mark.slow),  # 112 units
@@ -53,8 +59,10 @@ def test_big_apps_equal_onnxruntime(load_example: Callable[[str], App], name: st
         check_every_scenario(app, runtime, References(app), seeds=(3,))
 
 
-@pytest.mark.parametrize("granularity", ["auto", "layer"])
-@pytest.mark.parametrize("name", ["tiny", "cifar10"])
+@pytest.mark.parametrize(("name", "granularity"), [
+    ("tiny", "auto"), ("tiny", "layer"), ("cifar10", "auto"),
+    pytest.param("cifar10", "layer", marks=pytest.mark.slow),  # 115 units, 6.5 s
+])
 def test_equal_on_every_frame_of_random_switch_sequences(load_example: Callable[[str], App], name: str,
                                                          granularity: str) -> None:
     app = load_example(name)
