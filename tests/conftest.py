@@ -126,24 +126,24 @@ def load_example() -> Callable[[str], App]:
 
 
 @pytest.fixture(scope="session")
-def quantized_zoo(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+def quantized_zoo() -> Callable[..., Path]:
     """``quantized_zoo("mobilenet_v2", "qdq-per-channel-u8", classes=10)`` → that zoo CNN at 64 px (seed 0,
     ``classes`` if given) in that form of ``tools/quantize_models.py`` (``"fp32"``: the zoo's own export), made
-    once per test session."""
+    once per test run for every worker (``made_once``)."""
     from sbrs import zoo
     from tools.quantize_models import quantize
 
-    folder = tmp_path_factory.mktemp("quantized-zoo")
-
     def path(name: str, form: str, classes: int | None = None) -> Path:
         stem = name if classes is None else f"{name}-{classes}classes"
-        fp32 = folder / f"{stem}-fp32.onnx"
-        if not fp32.exists():
-            zoo.export(name, fp32, resolution=64, **({} if classes is None else {"classes": classes}))
-        target = folder / f"{stem}-{form}.onnx"
-        if form != "fp32" and not target.exists():
-            quantize(fp32, target, form, frames=2)
-        return fp32 if form == "fp32" else target
+        file = f"{stem}-{form}.onnx"
+
+        def make(folder: Path) -> None:
+            if form == "fp32":
+                zoo.export(name, folder / file, resolution=64, **({} if classes is None else {"classes": classes}))
+            else:
+                quantize(path(name, "fp32", classes), folder / file, form, frames=2)
+
+        return made_once(f"quantized-zoo-{stem}-{form}", make) / file
 
     return path
 

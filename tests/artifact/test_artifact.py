@@ -49,7 +49,7 @@ def _sbrs(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=300)
 
 
-@pytest.mark.parametrize("name", ["tiny", "pamap2"])
+@pytest.mark.parametrize("name", ["tiny", pytest.param("pamap2", marks=pytest.mark.slow)])  # pamap2: 3-4 s each
 @pytest.mark.parametrize("here", [True, False], ids=["optimised-here", "optimised-elsewhere"])
 def test_build_runs_like_onnx_runtime_on_each_scenario_model(name: str, here: bool, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:

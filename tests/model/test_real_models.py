@@ -77,7 +77,7 @@ def test_legacy_exports_need_the_canonical_form_and_keep_their_weights() -> None
         assert weights <= imported, path.stem
 
 
-@pytest.mark.parametrize("exporter", ["dynamo", "legacy"])
+@pytest.mark.parametrize("exporter", [pytest.param("dynamo", marks=pytest.mark.slow), "legacy"])  # 6 s each; both
 def test_two_heads_on_one_backbone_share_it_and_run_equal_to_onnx_runtime(exporter: str, tmp_path: Path) -> None:
     ten, five = DATA / f"mobilenet_v3_small-{exporter}-64.onnx", DATA / f"mobilenet_v3_small-5classes-{exporter}-64.onnx"
     app_file = tmp_path / "heads.yaml"
@@ -102,7 +102,9 @@ scenarios:
             assert_equivalent(runtime.infer(frame), _reference(path, frame), f"{exporter} {scenario}")
 
 
-@pytest.mark.parametrize("name", SMALL_LIGHT_MODELS)
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow)  # the two longest, 2.7-2.8 s each
+                                  if name in ("light_inception_v1", "light_densenet121") else name
+                                  for name in SMALL_LIGHT_MODELS])
 def test_onnx_shipped_models_import_equal_to_onnx_runtime(name: str) -> None:
     source = onnx.load(LIGHT / f"{name}.onnx")
     parameters = {t.name for t in source.graph.initializer}

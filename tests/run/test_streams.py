@@ -65,7 +65,7 @@ def test_sbrs_run_consumes_a_live_stream(app: Path, clip: Path, tmp_path: Path, 
     assert source["read"] >= 20 and 0 <= source["dropped"] <= source["read"] - 20
 
 
-@pytest.mark.parametrize("protocol", ["udp", "rtp"])
+@pytest.mark.parametrize("protocol", ["udp", pytest.param("rtp", marks=pytest.mark.slow)])  # one reopening path: udp keeps it fast
 def test_a_stream_whose_sender_restarts_is_reopened(app: Path, clip: Path, tmp_path: Path, protocol: str,
                                                     caplog: pytest.LogCaptureFixture) -> None:
     """The sender is killed after some frames and started again later than a read waits: the run logs the

@@ -110,7 +110,8 @@ def test_committed_torchvision_forms_run_equal_to_onnx_runtime(tmp_path: Path) -
     _assert_every_scenario_equals_onnx_runtime(half, seeds=(0,))
 
 
-@pytest.mark.parametrize("int8", ["qdq-per-channel-u8", "qoperator", "dynamic"])
+@pytest.mark.parametrize("int8", ["qdq-per-channel-u8", pytest.param("qoperator", marks=pytest.mark.slow),
+                                  pytest.param("dynamic", marks=pytest.mark.slow)])  # each form's import: fast tier
 def test_switching_between_fp32_and_int8_keeps_every_frame_equal(mobilenet_app: App, int8: str) -> None:
     refs = References(mobilenet_app)
     frames = [random_frame(mobilenet_app, k) for k in range(3)]
