@@ -67,6 +67,26 @@ class Bound:
         return self.accesses.setdefault((scenario, step), ([], []))
 
 
+class _Slots:
+    """Where a plan's tensors are bound in ``arena`` (``offsets`` in place of the plan's, as ``bind_units``'s):
+    called with a tensor id, the address, shape and dtype to bind it to, and the range recorded for it in
+    ``bound``."""
+
+    def __init__(self, plan: UnitPlan, arena: ArenaMemory, bound: Bound, offsets: Mapping[str, int] | None) -> None:
+        self.tensors = {t.id: t for t in plan.tensors}
+        self.arena, self.bound, self.offsets = arena, bound, offsets
+
+    def offset_of(self, tensor_id: str) -> int:
+        return self.tensors[tensor_id].offset if self.offsets is None else self.offsets[tensor_id]
+
+    def __call__(self, tensor_id: str) -> tuple[int, tuple[int, ...], np.dtype, Range]:
+        tensor = self.tensors[tensor_id]
+        pointer = self.arena.pointer(self.offset_of(tensor_id))
+        span = (tensor_id, pointer - self.arena.base, pointer - self.arena.base + tensor.nbytes)
+        self.bound.ranges.append(span)
+        return pointer, tensor.shape, np.dtype(tensor.dtype), span
+
+
 def bind_units(plan: UnitPlan, sessions: Mapping[str, ort.InferenceSession], arena: ArenaMemory, device: str,
                input_name: str, run_options: ort.RunOptions,
                offsets: Mapping[str, int] | None = None) -> Bound:
@@ -75,19 +95,8 @@ def bind_units(plan: UnitPlan, sessions: Mapping[str, ort.InferenceSession], are
     ``offsets`` replaces the plan's tensor offsets (the shadow slots a transition's new frame runs in,
     ``sbrs.compile.transitions.plan_shadow``)."""
     bound = Bound()
-    tensors = {t.id: t for t in plan.tensors}
     units = {u.id: u for u in plan.units}
-
-    def offset_of(tensor_id: str) -> int:
-        return tensors[tensor_id].offset if offsets is None else offsets[tensor_id]
-
-    def slot(tensor_id: str) -> tuple[int, tuple[int, ...], np.dtype, Range]:
-        """The address, shape and dtype to bind ``tensor_id`` to, and the range recorded for it."""
-        tensor = tensors[tensor_id]
-        pointer = arena.pointer(offset_of(tensor_id))
-        span = (tensor_id, pointer - arena.base, pointer - arena.base + tensor.nbytes)
-        bound.ranges.append(span)
-        return pointer, tensor.shape, np.dtype(tensor.dtype), span
+    slot = _Slots(plan, arena, bound, offsets)
 
     for scenario, sequence in plan.sequences.items():
         calls = []
@@ -115,17 +124,8 @@ def bind_frame_io(plan: UnitPlan, bound: Bound, arena: ArenaMemory, device: str,
                   offsets: Mapping[str, int] | None = None) -> None:
     """Every scenario's frame copy-in (part of its step 1) and output copy-outs (part of its last step) of a plan
     of units, into ``bound`` (``offsets``: as ``bind_units``'s)."""
-    tensors = {t.id: t for t in plan.tensors}
-
-    def offset_of(tensor_id: str) -> int:
-        return tensors[tensor_id].offset if offsets is None else offsets[tensor_id]
-
-    def slot(tensor_id: str) -> tuple[int, tuple[int, ...], np.dtype, Range]:
-        tensor = tensors[tensor_id]
-        pointer = arena.pointer(offset_of(tensor_id))
-        span = (tensor_id, pointer - arena.base, pointer - arena.base + tensor.nbytes)
-        bound.ranges.append(span)
-        return pointer, tensor.shape, np.dtype(tensor.dtype), span
+    slot = _Slots(plan, arena, bound, offsets)
+    tensors, offset_of = slot.tensors, slot.offset_of
 
     for scenario in plan.scenarios:
         tensor = tensors[plan.inputs[scenario][input_name]]
