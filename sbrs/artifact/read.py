@@ -216,10 +216,21 @@ def verify_build(folder: Path, app_path: str | Path) -> dict[str, Any]:
     return manifest
 
 
+def _unit_plan(data: Mapping[str, Any]) -> Any:
+    """A build's unit plan from its JSON form: the units' (``UnitPlan``) or, ``execution: one``, the one graph's
+    (``OnePlan``, whose module a build of units does not load)."""
+    if data.get("execution") == "one":
+        from sbrs.compile.one_plan import plan_from_dict
+
+        return plan_from_dict(data)
+    from sbrs.compile.units import UnitPlan
+
+    return UnitPlan.from_dict(data)
+
+
 def load_build(app_path: str | Path, folder: Path | None = None) -> LoadedBuild:
     """The verified build of ``app_path`` (``build_dir`` by default)."""
     from sbrs.compile.footprint import Footprint
-    from sbrs.compile.one_plan import plan_from_dict
     from sbrs.compile.tables import TransitionPlan
 
     folder = folder or build_dir(app_path)
@@ -234,7 +245,7 @@ def load_build(app_path: str | Path, folder: Path | None = None) -> LoadedBuild:
         plan, transitions = manifest["plan"], manifest["transitions"]
         build = LoadedBuild(
             folder=folder, config=config_from_dict(manifest["config"]),
-            plan=None if plan is None else plan_from_dict(plan), shadow=manifest["shadow"],
+            plan=None if plan is None else _unit_plan(plan), shadow=manifest["shadow"],
             transitions=None if transitions is None else TransitionPlan.from_dict(transitions),
             model_bytes=manifest["model_bytes"], scenario_memory_mb=manifest["scenario_memory_mb"],
             granularity=options["granularity"], transition=options["transition"],

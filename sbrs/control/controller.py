@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from sbrs.app.config import AppConfig
+from sbrs.app.settings import AppConfig
 from sbrs.control.policy import CHARACTERISTICS, Decision, Environment, MeasuredValues, Policy, finite_number
 from sbrs.errors import InputError, SbrsError
 

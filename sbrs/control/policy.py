@@ -54,7 +54,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from sbrs.app.config import AppConfig, BatteryRule, PolicyConfig, RequirementSet, TemperatureRule
+from sbrs.app.settings import AppConfig, BatteryRule, PolicyConfig, RequirementSet, TemperatureRule
 from sbrs.errors import InputError
 
 CHARACTERISTICS: tuple[str, ...] = ("accuracy", "fps", "memory_mb", "energy_j")

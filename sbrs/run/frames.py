@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sbrs.app.config import InputSpec
 from sbrs.app.frames import folder_frames, frame_files
 from sbrs.app.preprocess import Preprocessor
+from sbrs.app.settings import InputSpec
 from sbrs.errors import InputError
 from sbrs.run.sources import FrameSource, ImageFolderSource, TensorSource, parse_source
 

@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from sbrs.app.config import InputSpec
 from sbrs.app.frames import frame_files, image_pictures
 from sbrs.app.preprocess import Geometry, Preprocessor
+from sbrs.app.settings import InputSpec
 from sbrs.errors import InputError
 
 #: Files read as videos (any case).

@@ -69,7 +69,6 @@ from sbrs.runtime.binding import Bound, bind_parts, bind_units
 from sbrs.runtime.control_node import ControlNode
 from sbrs.runtime.device import ArenaMemory, device_of
 from sbrs.runtime.events import Observers, RunObserver
-from sbrs.runtime.one_session import bind_one
 from sbrs.runtime.program import Program, app_program, build_program, models_program, runtime_options
 from sbrs.runtime.runner import Frame, FrameResult, FrameRunner, OldFrame
 from sbrs.runtime.streams import Streams, process_in_streams
@@ -192,8 +191,11 @@ class Runtime:
             if program.release:
                 release_free_memory()
         self._arena = ArenaMemory(plan.arena_bytes, self.device, plan.alignment)
-        # the app as one graph (``runtime.session: one``) binds its one session per scenario
-        bind_plan = bind_one if plan.execution == "one" else bind_units
+        # the app as one graph (``runtime.session: one``) binds its one session per scenario; imported only then
+        # (with the one graph's plan: 20 ms of a units app's start)
+        bind_plan = bind_units
+        if plan.execution == "one":
+            from sbrs.runtime.one_session import bind_one as bind_plan
         if by_parts:
             bound = bind_parts(plan, self._sessions, self._arena, self._run_options)
         else:
