@@ -25,7 +25,7 @@ Each app is measured on its build as ``sbrs run`` runs it, made again first wher
 (``--rebuild``: every one): a build chooses its streams by measuring (``runtime.streams: auto``), so the run
 shows what a change to the compile stage costs too, and the notes say what each build chose.
 
-Floors and ceilings are in ``benchmarks/floors.json``: about 10 % beyond the worse of two runs on a quiet
+Floors and ceilings are in ``benchmarks/floors.json``: about 10 % beyond the worst of two or more runs on a quiet
 machine (``--write-floors``). The run prints a table, names every figure beyond its bound, exits 1 if any is
 (2 for bad arguments), and ends with a one-line verdict. ``--quick`` (at most 5 minutes on the 2-core
 development machine) takes a subset: throughput of tiny, pamap2, cifar10, drone and detect and of five real
@@ -369,9 +369,9 @@ def main(argv: list[str] | None = None) -> int:
         runs = [run["figures"] for run in saved]
         bounds = bounds_from_runs(runs, {name: kind_of(name) for name in runs[0]}, args.margin)
         floors = json.loads(args.floors.read_text(encoding="utf-8")) if args.floors.exists() else {}
-        floors["about"] = ("each bound about 10 % beyond the worse of two quiet runs of benchmarks/guard.py (see "
-                           "docs/MEASUREMENTS.md): floors for throughput, ceilings for switch delay, time to first "
-                           "output and memory, all ratios of sbrs to plain ONNX Runtime measured in the same run")
+        floors["about"] = ("each bound about 10 % beyond the worst of the quiet runs (listed) of benchmarks/guard.py "
+                           "(see docs/MEASUREMENTS.md): floors for throughput, ceilings for switch delay, time to "
+                           "first output and memory, all ratios of sbrs to plain ONNX Runtime measured in the same run")
         floors["runs"] = sorted({*floors.get("runs", []),
                                  *(f"{run.get('when', '')} (load {run.get('load_at_start', 0):.1f}, "
                                    f"{'quick' if run.get('quick') else 'full'})" for run in saved)})
