@@ -6,13 +6,14 @@ temporary folder renamed into place, so a build interrupted half-way never looks
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +177,8 @@ def _save_optimized_models(app: App, staging: Path) -> tuple[str | None, str | N
     return key, None
 
 
-def _measured_unit_threads(app: App, plan: UnitPlan, staging: Path, optimized: bool) -> dict[str, int]:
+def _measured_unit_threads(app: App, plan: UnitPlan, staging: Path, optimized: bool,
+                           units_digest: Callable[[], str]) -> dict[str, int]:
     """The units that run faster on one thread than on the app's threads, measured on this machine
     (``sbrs.compile.unit_threads``); none where the app fixes its threads, shares ONNX Runtime's pool, runs on
     another provider or on two streams (one-thread sessions already), or the machine has one core."""
@@ -193,7 +195,7 @@ def _measured_unit_threads(app: App, plan: UnitPlan, staging: Path, optimized: b
     suffix = OPTIMIZED_SUFFIX if optimized else ".onnx"
     paths = {unit.id: str(staging / f"{unit.id}{suffix}") for unit in plan.units}
     warm = whole_frame_units(plan.sequences)
-    timing = measured_once(timing_path("unit-threads", _units_digest(staging), machine_key(providers), optimized,
+    timing = measured_once(timing_path("unit-threads", units_digest(), machine_key(providers), optimized,
                                        sorted(warm)),
                            lambda: measure_unit_threads(paths, providers, cores, optimized=optimized, warm=warm))
     return {str(unit): int(threads) for unit, threads in timing.figures.items()}
@@ -209,7 +211,7 @@ def _units_digest(staging: Path) -> str:
 
 
 def _chosen_streams(app: App, plan: UnitPlan, staging: Path, optimized: bool, unit_threads: Mapping[str, int],
-                    limit_bytes: int | None) -> StreamsChoice:
+                    limit_bytes: int | None, units_digest: Callable[[], str]) -> StreamsChoice:
     """How many streams the build's units run (``runtime.streams``; ``sbrs.compile.unit_streams``): what the app
     asks, or under ``auto`` one stream or two as measured here on the build's unit files. Not measured (one
     stream): a switch gives the frame in flight up or resumes it (one frame at a time), the app shares ONNX
@@ -250,7 +252,7 @@ def _chosen_streams(app: App, plan: UnitPlan, staging: Path, optimized: bool, un
                                   optimized=optimized, warm=whole_frame_units(plan.sequences), plain=plain)
         return {scenario: figure.to_dict() for scenario, figure in figures.items()}
 
-    timing = measured_once(timing_path("streams", _units_digest(staging), machine_key(providers), optimized, threads,
+    timing = measured_once(timing_path("streams", units_digest(), machine_key(providers), optimized, threads,
                                        sorted(unit_threads.items()), sorted(plain)), measure)
     choice = choose_streams({s: ScenarioStreams.from_dict(f) for s, f in timing.figures.items()}, timing.load)
     if choice.busy(cores) and not timing.cached:
@@ -387,12 +389,14 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
         finally:
             weights.close()
         optimized_for, not_optimized = _save_optimized_models(app, staging)
+        units_digest = functools.cache(lambda: _units_digest(staging))  # hashed once, and only where measured
         unit_threads = {} if plan is None or one else _measured_unit_threads(app, plan, staging,
-                                                                              optimized_for is not None)
+                                                                              optimized_for is not None, units_digest)
         limit = None if reduction is None else int(reduction["memory_limit_bytes"])
         streams = (StreamsChoice(parts.streams, str(app.config.runtime.streams), "chosen by the search under the "
                                  "memory limit (band streams)") if parts is not None
-                   else _chosen_streams(app, run_plan, staging, optimized_for is not None, unit_threads, limit))
+                   else _chosen_streams(app, run_plan, staging, optimized_for is not None, unit_threads, limit,
+                                        units_digest))
         files = {record.pop("path"): record for record in
                  (input_record(path, staging) for path in sorted(staging.iterdir()) if path.is_file())}
         manifest: dict[str, Any] = {

@@ -59,10 +59,6 @@ MAX_LONG_FRAME_S = 0.05
 #: two frames per stream.
 ROUNDS = 7
 MIN_BLOCK_S = 0.03
-#: A build measures on a busy machine when its load average is above this many times its cores (on this 2-core
-#: machine at load 9-10, drone's ResNet-18 scenarios ran 1.70x on two streams; on a quiet one they win nothing).
-BUSY_LOAD = 1.0
-
 
 @dataclass(frozen=True)
 class ScenarioStreams:
@@ -123,8 +119,11 @@ class StreamsChoice:
     load: float | None = None
 
     def busy(self, cores: int) -> bool:
-        """Whether the figures were measured on a machine busier than it has cores (``BUSY_LOAD``)."""
-        return self.load is not None and self.load > BUSY_LOAD * cores
+        """Whether the figures were measured on a machine busier than it has cores
+        (``sbrs.compile.timing_cache.is_busy``)."""
+        from sbrs.compile.timing_cache import is_busy
+
+        return is_busy(self.load, cores)
 
     @property
     def gain(self) -> float | None:

@@ -87,9 +87,11 @@ def test_the_key_follows_the_files_bytes_and_the_settings(tmp_path: Path) -> Non
 def test_a_rebuild_reproduces_the_build_with_the_cached_timings(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Two builds of one app, the second in another folder: the same streams and unit threads, from the first
-    build's figures (which the manifest keeps, load included). The load is held steady: figures kept from a busy
-    moment would be taken again by the second build if the machine eased in between."""
+    build's figures (which the manifest keeps, load included). The load is held steady and the timings kept apart
+    from the run's cache: figures kept from a busy moment, by this build or by another worker's build of the same
+    app in between, would be taken again by the second build."""
     at_load(monkeypatch, 0.0)
+    monkeypatch.setattr(timing_cache, "cache_dir", lambda kind: tmp_path / "cache" / kind)
     manifests = []
     for folder in ("first", "second"):
         (tmp_path / folder).mkdir()
