@@ -89,6 +89,19 @@ def _folded(models: Mapping[str, CnnModel]) -> dict[str, CnnModel]:
     return {s: fold_model(m, memo=memo) for s, m in models.items()}
 
 
+def refuse_below_weights(models: Mapping[str, CnnModel], memory_limit: int | None) -> None:
+    """Raise ``InputError`` where ``memory_limit`` is below the weights of ``models`` (folded) alone: every band
+    configuration holds every weight (a ``Point``'s parameters are the same for all), so no search can reach such
+    a limit, and saying so before any cost is measured or configuration evaluated saves the whole search."""
+    if memory_limit is None:
+        return
+    weights = params_bytes(_folded(models).values())
+    if weights > memory_limit:
+        raise InputError(f"memory limit {_mb(memory_limit)} is below the smallest memory reachable: the weights "
+                         f"alone take {_mb(weights)} ({weights} bytes), which every band configuration holds",
+                         field="memory_limit")
+
+
 def _scenarios(scenarios: Scenarios) -> dict[str, CnnModel]:
     if isinstance(scenarios, Mapping):
         result = dict(scenarios)
@@ -595,6 +608,7 @@ def reduce_buffers(scenarios: Scenarios, *, memory_limit: int | None = None,
         raise InputError(f"memory limit must be >= 0 bytes, got {memory_limit}", field="memory_limit")
     if params.population < 2 or params.generations < 0:
         raise InputError("GA needs a population of at least 2 and generations >= 0", field="ga")
+    refuse_below_weights(models, memory_limit)
     names = list(models)
     genes = reduction_genes(models, params.candidates, stream_input=stream_input,
                             tie_followers=params.tie_followers)

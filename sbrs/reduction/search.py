@@ -40,6 +40,7 @@ from sbrs.memory import buffers_reuse
 from sbrs.model.fold import fold_model
 from sbrs.reduction import AnalyticCostModel, CostModel, GaParams, ReductionResult, plan_reduction, reduce_buffers
 from sbrs.reduction.cost import model_fps, streams_gain
+from sbrs.reduction.ga import refuse_below_weights
 from sbrs.reduction.phases import full_bands
 
 if TYPE_CHECKING:
@@ -82,6 +83,8 @@ def reduce_app(app: App, plan: AppPlan, memory_limit: int, *, min_fps: Mapping[s
                          f"{', '.join(models)})", field="min_fps")
     unreduced_total = plan.memory.params_bytes + plan.memory.arena_bytes
     early = unreduced_total <= memory_limit  # Algorithm 9, lines 1-5, on the app's own (MoC) plan
+    if not early:
+        refuse_below_weights(models, memory_limit)  # before the cost model measures anything
     cost_model, cost_name = (AnalyticCostModel(), "analytic") if early or cost is None else cost(
         models, params.candidates)
     if min_fps_ratio is not None:

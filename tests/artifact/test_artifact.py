@@ -155,8 +155,11 @@ def _stale(folder: Path) -> None:
                                                      "{accuracy: 91.0", 1))
 
 
-@pytest.mark.parametrize("damage", [_garbage, _truncated_manifest, _tampered_manifest, _tampered_weights,
-                                    _truncated_weights, _missing_unit, _tampered_optimized_weights, _stale])
+DAMAGES = [_garbage, _truncated_manifest, _tampered_manifest, _tampered_weights, _truncated_weights, _missing_unit,
+           _tampered_optimized_weights, _stale]
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
 def test_bad_build_is_refused_with_exit_2_and_one_line(tiny: Path, damage) -> None:  # type: ignore[no-untyped-def]
     damage(build_dir(tiny))
     with pytest.raises(InputError, match="run `sbrs build"):
@@ -165,9 +168,18 @@ def test_bad_build_is_refused_with_exit_2_and_one_line(tiny: Path, damage) -> No
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "sbrs build" in lines[0] and "Traceback" not in result.stderr
+
+
+# a manifest that is no JSON and a build missing a file keep --rebuild's recovery in the fast tier; the rest
+# damage what the same check reads
+@pytest.mark.parametrize("damage", [damage if damage in (_garbage, _missing_unit)
+                                    else pytest.param(damage, marks=pytest.mark.slow) for damage in DAMAGES])
+def test_rebuild_replaces_a_bad_build(tiny: Path, damage) -> None:  # type: ignore[no-untyped-def]
+    damage(build_dir(tiny))
     rebuilt = _sbrs("run", str(tiny), "--frames", "1", "--no-socket", "--rebuild")
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert "rebuilding" in rebuilt.stderr
+    assert load_build(tiny).config.name == "tiny"  # current again
 
 
 def test_touching_an_input_without_changing_it_keeps_the_build(tiny: Path) -> None:

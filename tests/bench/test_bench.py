@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from sbrs.bench.bench import format_report
 from sbrs.cli import main
 from tests.conftest import REPO, REPO_BUILDS
 
@@ -15,7 +16,13 @@ pytestmark = REPO_BUILDS  # builds an example app inside the repository (tests/c
 TINY = str(REPO / "apps" / "tiny.yaml")
 
 
-def test_bench_smoke_reports_every_key(capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_smoke_reports_every_key(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # run from a folder holding a directory named sbrs: the processes measured import the installed sbrs
+    # (tests/cli/test_hardening.py, row 13)
+    (tmp_path / "sbrs").mkdir()
+    (tmp_path / "sbrs" / "__init__.py").write_text("raise ImportError('the wrong sbrs')\n")
+    monkeypatch.chdir(tmp_path)
     assert main(["bench", TINY, "--json", "--frames", "2", "--repeats", "1"]) == 0
     report = json.loads(capsys.readouterr().out)
     for key in ("scenarios", "granularity", "arena_bytes", "threads", "threads_scope", "device_memory"):
@@ -45,11 +52,20 @@ def test_bench_smoke_reports_every_key(capsys: pytest.CaptureFixture[str]) -> No
     assert set(device["python_api"]["stages"]) == {"bare", "imported", "loaded", "ran"}
     split = device["summary"]["where_it_goes_pss_bytes"]
     assert split["weights_files"] > 0  # the build's weights are mapped from its files
+    assert device["sbrs_run"]["stages"]["ran"]["rss_bytes"] > 0 and "ran" in device["python_api"]["stages"]
+    assert isinstance(device["summary"]["sbrs_modules_compiled_from_source"], int)
+    out = format_report(report)  # what sbrs bench prints without --json
+    assert "ratio" in out and "device memory of tiny" in out and "sbrs run (control socket)" in out
+    assert "plain ORT, largest scenario alone" in out and out.count("the same after malloc_trim") == 2
+
+
+@pytest.mark.slow  # a second bench of tiny (11 s): the fast tier prints the report of the one above
+def test_bench_prints_its_report_at_another_granularity(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", TINY, "--frames", "2", "--repeats", "1", "--granularity", "layer"]) == 0
     out = capsys.readouterr().out
     assert "ratio" in out and "device memory of tiny" in out and "sbrs run (control socket)" in out
     assert "plain ORT, largest scenario alone" in out and out.count("the same after malloc_trim") == 2
-    assert isinstance(device["summary"]["sbrs_modules_compiled_from_source"], int)
+    assert "app tiny: granularity layer," in out
 
 
 def test_bench_switching_reports_caller_side_delays(capsys: pytest.CaptureFixture[str]) -> None:

@@ -222,6 +222,7 @@ def test_a_replaced_cache_entry_is_made_again(tmp_path: Path, monkeypatch: pytes
         assert Path(again.config.scenarios[0].model_path).read_bytes() == original
 
 
+@pytest.mark.slow  # the fast tier runs tests/bench's smoke test from such a folder, with the same assertions
 def test_bench_probe_ignores_a_local_sbrs_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Row 13: ``sbrs bench`` run from a folder holding a directory named ``sbrs``: the processes it measures
     (``sbrs run`` and the Python API probe) import the installed sbrs, not the folder."""

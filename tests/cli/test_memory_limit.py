@@ -20,6 +20,9 @@ from sbrs.app import load_app
 from sbrs.cli import main
 from tests.conftest import modules_a_run_loads, ort_session
 
+# one worker runs this module: its module-scoped builds are made once, not once on each xdist worker
+pytestmark = pytest.mark.xdist_group("memory-limit")
+
 LIMITED = Path(__file__).resolve().parents[1] / "data" / "limited" / "limited.yaml"
 SMALL_SEARCH = ("--generations", "6", "--population", "12", "--cost", "analytic")  # deterministic
 

@@ -10,7 +10,7 @@ import pytest
 
 from sbrs import zoo
 from sbrs.errors import InputError
-from sbrs.model import CnnModel, import_model
+from sbrs.model import CnnModel, import_model, params_bytes
 from sbrs.model.fold import fold_model
 from sbrs.reduction import (
     AnalyticCostModel,
@@ -19,6 +19,7 @@ from sbrs.reduction import (
     ReductionResult,
     cut_genes,
     figure_4_1_model,
+    ga,
     layer_height,
     model_fps,
     plan_reduction,
@@ -107,13 +108,24 @@ def test_progress_callback_reports_every_generation() -> None:
     assert calls == [(0, 2), (1, 2), (2, 2)]
 
 
-def test_memory_limit_below_every_configuration_is_an_input_error() -> None:
+def test_memory_limit_below_the_weights_is_refused_before_the_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    weights = params_bytes(fold_model(m) for m in scenarios().values())
+    monkeypatch.setattr(ga, "_Evaluator", None)  # no configuration is evaluated: nothing can reach such a limit
     with pytest.raises(InputError) as info:
-        reduce_buffers(scenarios(), memory_limit=1000, params=GaParams(population=6, generations=1))
+        reduce_buffers(scenarios(), memory_limit=weights - 1, params=GaParams(population=6, generations=1))
     message = str(info.value)
-    assert "\n" not in message and message.startswith("memory_limit: memory limit 0.001 MB is below")
+    assert "\n" not in message and message.startswith("memory_limit: memory limit ")
+    assert f"the weights alone take {weights / 1e6:.6g} MB ({weights} bytes)" in message
+
+
+def test_memory_limit_below_every_configuration_is_an_input_error() -> None:
+    limit = params_bytes(fold_model(m) for m in scenarios().values()) + 1000  # above the weights, below any arena
+    with pytest.raises(InputError) as info:
+        reduce_buffers(scenarios(), memory_limit=limit, params=GaParams(population=6, generations=1))
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"memory_limit: memory limit {limit / 1e6:.6g} MB is below")
     smallest = int(message.split("reached: ")[1].split("(")[1].split(" bytes")[0])
-    assert smallest > 1000
+    assert smallest > limit
     # that figure is reachable: asking for exactly it succeeds
     result = reduce_buffers(scenarios(), memory_limit=smallest, params=GaParams(population=6, generations=1))
     assert result.feasible and result.chosen.memory_bytes <= smallest

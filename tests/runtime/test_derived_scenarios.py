@@ -21,6 +21,9 @@ from tests.calibration_images import write_image_app
 from tests.conftest import calibration_frame, write_derived_app
 from tests.runtime.conftest import References, assert_equivalent
 
+# one worker runs this module: its module-scoped builds are made once, not once on each xdist worker
+pytestmark = pytest.mark.xdist_group("derived-scenarios")
+
 SCENARIOS = ("accurate", "fast-int8", "half")
 
 

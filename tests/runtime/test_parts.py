@@ -28,6 +28,9 @@ from sbrs.runtime.engine import Runtime
 from tests.conftest import modules_a_run_loads
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 
+# one worker runs this module: its module-scoped builds are made once, not once on each xdist worker
+pytestmark = pytest.mark.xdist_group("runtime-parts")
+
 LIMITED = Path(__file__).resolve().parents[1] / "data" / "limited" / "limited.yaml"
 SMALL_SEARCH = ("--generations", "6", "--population", "12", "--cost", "analytic")  # deterministic
 

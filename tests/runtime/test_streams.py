@@ -30,6 +30,9 @@ from sbrs.errors import InputError
 from sbrs.runtime.engine import Runtime
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 
+# one worker runs this module: its module-scoped builds are made once, not once on each xdist worker
+pytestmark = pytest.mark.xdist_group("band-streams")
+
 LIMITED = Path(__file__).resolve().parents[1] / "data" / "limited" / "limited.yaml"
 SMALL_SEARCH = ("--generations", "6", "--population", "12", "--cost", "analytic")
 LIMIT = 2_000_000
@@ -106,9 +109,14 @@ def test_frames_in_flight_at_once_equal_onnx_runtime(runtime: Runtime, app: App,
 def test_both_streams_really_run_frames(runtime: Runtime, app: App, monkeypatch: pytest.MonkeyPatch) -> None:
     used: list[int] = []
     run = runtime._streams._run  # type: ignore[union-attr]
+    second_started = threading.Event()
 
     def counted(stream: int, *args: object) -> object:
         used.append(stream)
+        if stream == 0 and used.count(0) == 1:  # hold the first stream's first frame until the second took one:
+            second_started.wait(timeout=10)  # on a loaded machine its worker may start late and find none left
+        elif stream == 1:
+            second_started.set()
         return run(stream, *args)
 
     monkeypatch.setattr(runtime._streams, "_run", counted)

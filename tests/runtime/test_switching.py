@@ -32,6 +32,9 @@ from sbrs.runtime.engine import Runtime
 from tests.conftest import APPS
 from tests.runtime.conftest import References, assert_equivalent, assert_switch_at_steps_equal, random_frame
 
+# one worker runs this module: its module-scoped builds are made once, not once on each xdist worker
+pytestmark = pytest.mark.xdist_group("switching")
+
 
 @pytest.mark.parametrize("granularity", ["auto", "layer"])
 @pytest.mark.parametrize("name", [path.stem for path in APPS])

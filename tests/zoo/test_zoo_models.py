@@ -10,6 +10,9 @@ from sbrs import zoo
 from sbrs.zoo.builder import IR_VERSION, OPSET
 from tests.zoo.zoo_helpers import check_graph_names, initializers, run_ort
 
+# one worker runs this module: its module-scoped builds are made once, not once on each xdist worker
+pytestmark = pytest.mark.xdist_group("zoo-models")
+
 # torchvision ``sum(p.numel() for p in model.parameters())`` (Keras trainable count for MobileNetV1).
 PUBLISHED = {
     "mobilenet_v1": 4_231_976,
