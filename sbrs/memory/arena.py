@@ -295,6 +295,9 @@ class _BranchAndBound:
         self.size = [int(arrays.sizes[i]) for i in active]
         self.neighbours = [[local[j] for j in active if arrays.conflict[i, j]] for i in active]
         self.cliques = _local_cliques(problem, local)
+        # the cliques each block is in: the bound walks the remaining blocks once, not every clique's members
+        self.cliques_of = [[c for c, clique in enumerate(self.cliques) if clique >> k & 1]
+                           for k in range(len(active))]
         # twins (same size, same conflicts) are interchangeable: place them in index order only
         self.earlier_twins = [
             _mask_bits(t for t in range(k) if self.size[t] == self.size[k]
@@ -314,14 +317,32 @@ class _BranchAndBound:
         self._search((1 << len(self.active)) - 1, (-1, -1), 0)
 
     def _bound(self, remaining: int, last: int, arena: int) -> int:
-        start = [max(self.stack[k], last) for k in range(len(self.active))]
+        """The lower bound of the class docstring, in one walk over the remaining blocks: each adds its own end
+        and its start and size to the cliques it is in; a clique with two remaining members or more bounds
+        by its earliest start plus their sizes."""
         bound = arena
-        for k in _bits(remaining):
-            bound = max(bound, start[k] + self.size[k])
-        for clique in self.cliques:
-            members = _bits(clique & remaining)
-            if len(members) > 1:
-                bound = max(bound, min(start[k] for k in members) + sum(self.size[k] for k in members))
+        clique_start: dict[int, int] = {}
+        clique_size: dict[int, int] = {}
+        clique_members: dict[int, int] = {}
+        stack, size = self.stack, self.size
+        while remaining:
+            low = remaining & -remaining
+            remaining ^= low
+            k = low.bit_length() - 1
+            start = stack[k] if stack[k] > last else last
+            if start + size[k] > bound:
+                bound = start + size[k]
+            for c in self.cliques_of[k]:
+                if c in clique_members:
+                    if start < clique_start[c]:
+                        clique_start[c] = start
+                    clique_size[c] += size[k]
+                    clique_members[c] += 1
+                else:
+                    clique_start[c], clique_size[c], clique_members[c] = start, size[k], 1
+        for c, members in clique_members.items():
+            if members > 1 and clique_start[c] + clique_size[c] > bound:
+                bound = clique_start[c] + clique_size[c]
         return bound
 
     def _search(self, remaining: int, last: tuple[int, int], arena: int) -> bool:
