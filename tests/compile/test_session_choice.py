@@ -23,10 +23,10 @@ def figures(*rows: tuple[float, float, int]) -> dict[str, ScenarioSession]:
 
 
 def test_one_graph_as_fast_as_units_on_short_frames_is_chosen() -> None:
-    choice = choose_session(figures((2.0, 2.0, 3), (1.0, 1.04, 2), (4.0, 3.0, 1)), load=0.5)
+    choice = choose_session(figures((2.0, 2.0, 3), (1.0, 1.04, 2), (4.0, 3.9, 1)), load=0.5)
     assert choice.session == "one" and choice.asked == "auto" and choice.load == 0.5
-    assert "one provider instance" in choice.reason
-    assert choice.ratio == pytest.approx((1.0 * 1.04 * 0.75) ** (1 / 3))
+    assert "as fast" in choice.reason and "one provider instance" in choice.reason
+    assert choice.ratio == pytest.approx((1.0 * 1.04 * 0.975) ** (1 / 3))
 
 
 def test_one_graph_slower_on_average_keeps_units() -> None:
@@ -40,13 +40,20 @@ def test_one_scenario_much_slower_keeps_units_though_the_mean_is_within() -> Non
     assert choice.session == "units" and "on s1" in choice.reason and f"{WORST_MARGIN:.2f}x" in choice.reason
 
 
-def test_a_long_frame_cut_into_steps_keeps_units_for_the_switch() -> None:
+def test_on_a_tie_a_long_frame_cut_into_steps_keeps_units_for_the_switch() -> None:
     long_ms = MAX_SWITCH_WAIT_S * 1e3 + 5
-    cut = choose_session(figures((long_ms, long_ms * 0.9, 4), (2.0, 2.0, 1)))
+    cut = choose_session(figures((long_ms, long_ms * 0.98, 4), (2.0, 2.0, 1)))
     assert cut.session == "units" and "waits for a whole frame" in cut.reason and "(s0)" in cut.reason
     # the same frames as one step each: units switch at the frame's end too, so one graph costs the switch nothing
-    whole = choose_session(figures((long_ms, long_ms * 0.9, 1), (2.0, 2.0, 1)))
+    whole = choose_session(figures((long_ms, long_ms * 0.98, 1), (2.0, 2.0, 1)))
     assert whole.session == "one"
+
+
+def test_one_graph_clearly_faster_wins_though_a_switch_waits_for_its_frame() -> None:
+    long_ms = MAX_SWITCH_WAIT_S * 1e3 / 0.6 + 5
+    choice = choose_session(figures((long_ms, long_ms * 0.6, 4), (2.0, 1.8, 1)))
+    assert choice.ratio is not None and choice.ratio <= 1 / MARGIN
+    assert choice.session == "one" and "faster" in choice.reason and "a switch waits" in choice.reason
 
 
 def test_the_choice_round_trips_through_its_json_form() -> None:
