@@ -87,14 +87,21 @@ def memory(units_app: Path, one_app: Path, frames: int) -> dict[str, Any]:
     from sbrs.bench.device_memory import PROBES, Probe, bare_interpreter, build_facts, staged
 
     facts = build_facts(units_app)
+    # a scenario of its own input size runs behind its Resize; made in a child, as this process must not map numpy
+    # or onnxruntime before the probes (their PSS would share those pages with it)
+    code = ("import json, sys; sys.path.insert(0, sys.argv[2]); from one_session import plain_model; "
+            "from sbrs.app import load_app; app = load_app(sys.argv[1]); "
+            "print(json.dumps([plain_model(app, s.name) for s in app.config.scenarios]))")
+    models = json.loads(subprocess.run([sys.executable, "-c", code, str(units_app), str(Path(__file__).parent)],
+                                       check=True, capture_output=True, text=True, cwd=ROOT).stdout)
     weights = (str(build_dir(units_app)) + os.sep, str(build_dir(one_app)) + os.sep,
-               *sorted({str(Path(m).parent) + os.sep for m in facts["models"]}))
+               *sorted({str(Path(m).parent) + os.sep for m in (*facts["models"], *models)}))
     ort_args = {"shape": list(facts["input"]["shape"]), "dtype": facts["input"]["dtype"], "frames": frames}
-    largest = max(facts["models"], key=lambda path: Path(path).stat().st_size)
+    largest = max(models, key=lambda path: Path(path).stat().st_size)
     probes = {
         "sbrs units": ("python_api.py", str(units_app), str(frames)),
         "sbrs one": ("python_api.py", str(one_app), str(frames)),
-        "plain ORT, all N": ("plain_ort.py", json.dumps({"models": facts["models"], **ort_args})),
+        "plain ORT, all N": ("plain_ort.py", json.dumps({"models": models, **ort_args})),
         "plain ORT, largest alone": ("plain_ort.py", json.dumps({"models": [largest], **ort_args})),
     }
     figures: dict[str, Any] = {}

@@ -141,7 +141,8 @@ def _save_optimized_models(app: App, staging: Path, *, one: bool) -> tuple[str |
 
     Returns the machine they are valid on (``machine_key``) and None, or None and why none were made: the app
     runs on a GPU provider (the optimised form would fix node placement), the CPU's flags cannot be read, or
-    ONNX Runtime could not write one of them (then none is kept: the build stays whole and portable).
+    ONNX Runtime could not write one of them (then none is kept: the build stays whole and portable). ``one``:
+    the files are the app as one graph, whose optimised form's names are made unique again (``unique_names``).
     """
     from sbrs.ort_env import (
         CPU_PROVIDER,
@@ -383,7 +384,7 @@ def _chosen_session(app: App, units: Path, one: Path, plan: Any, one_plan: Any, 
     and files (``sbrs.compile.timing_cache``)."""
     from sbrs.compile.one_plan import ONE_UNIT
     from sbrs.compile.session_choice import ScenarioSession, choose_session, measure_session
-    from sbrs.compile.timing_cache import files_digest, measured_once, timing_path
+    from sbrs.compile.timing_cache import files_digest, is_busy, measured_once, timing_path
     from sbrs.compile.unit_threads import whole_frame_units
     from sbrs.ort_env import machine_key, resolve_providers
 
@@ -405,8 +406,6 @@ def _chosen_session(app: App, units: Path, one: Path, plan: Any, one_plan: Any, 
     timing = measured_once(timing_path("session", units_digest(), one_digest, machine_key(providers), optimized,
                                        threads, sorted(unit_threads.items()), indices), measure)
     choice = choose_session({s: ScenarioSession.from_dict(f) for s, f in timing.figures.items()}, timing.load)
-    from sbrs.compile.timing_cache import is_busy
-
     if is_busy(timing.load) and not timing.cached:
         logger.warning("sbrs build: runtime.session: auto measured %s on a busy machine (load average %.1f): the "
                        "choice (%s) is that machine's, kept for its next builds until one finds it quiet; or set "
