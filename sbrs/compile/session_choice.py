@@ -21,8 +21,9 @@ scenario's index; interleaved blocks, medians of ``ROUNDS``; the figures kept pe
 Frame time comes first: it is what the app runs all the time, and one graph measured clearly faster also switches
 about as fast (a switch waits for the rest of the old frame, then runs a new frame, both shorter). On a tie the
 switch decides, on long frames only: SBRS-TP starts the new frame after the old frame's step in flight on units,
-after the whole frame on one graph (drone on this CPU: 62.6 against 43.6 ms, frames as fast within 10-20 %), and
-the memory one graph saves on the CPU is a megabyte or two. On frames of a few milliseconds (the small apps on the
+after the whole frame on one graph (drone on this CPU: 62.6 against 43.6 ms where the frames were about as fast;
+42.4 against 62.4 ms in a run where one graph's frames were the faster: docs/MEASUREMENTS.md), and the memory
+one graph saves on the CPU is a megabyte or two. On frames of a few milliseconds (the small apps on the
 CPU, every example app on a GPU) a whole frame's wait is within the noise of a switch and the memory is the larger
 gain: one graph.
 
