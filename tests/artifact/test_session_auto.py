@@ -78,6 +78,8 @@ def test_auto_keeps_the_form_measured_faster_and_it_equals_onnx_runtime(
         ratio: float, chosen: str) -> None:
     given = given_times(monkeypatch, ratio)
     app_path = tiny_app(tmp_path, f"session: auto, {FIXED}")
+    assert main(["inspect", str(app_path)]) == 0
+    assert "session: runtime.session: auto, measured by `sbrs build` (no current build yet" in capsys.readouterr().out
     assert main(["build", str(app_path)]) == 0
     printed = capsys.readouterr().out
     assert given.calls == 1
