@@ -20,7 +20,18 @@ For each app (default drone and cifar10) a copy of the app file with ``runtime: 
    returns (``wait``); Δ is request → new output, paired moments, interleaved, medians. The session is the
    build's ``one.onnx`` made as sbrs makes it (``sbrs.ort_env.create_session``, the app's threads).
 
-Usage: ``python benchmarks/one_session.py [APP.yaml ...] [--frames 20] [--repeats 5] [--switching] [--json]``.
+4. **Against plain ONNX Runtime as ``sbrs bench`` measures** (``--table``, the issue's table): throughput per
+   scenario of each build against plain ONNX Runtime at its better setting (intra-op threads or two frames at
+   once; ``sbrs.bench.bench.measure_throughput``), switch Δ as the caller sees it, SBRS-TP against plain ONNX
+   Runtime with every session loaded (``measure_switching``, mean over every ordered pair), and time to the
+   first output of ``sbrs run APP --frames 1`` on each build against a plain ONNX Runtime script loading every
+   scenario's model and running one frame (fresh processes, interleaved, medians of ``--repeats``).
+5. **What ``runtime.session: auto`` adds to ``sbrs build``** (``--build-cost``, alone): for each app, a copy with
+   ``session: auto`` and one with the default, each built with the build's timings removed (cold) and again
+   with them kept (warm), interleaved, in fresh processes: seconds per build and what auto chose.
+
+Usage: ``python benchmarks/one_session.py [APP.yaml ...] [--frames 20] [--repeats 5] [--switching] [--table]
+[--build-cost] [--json]``.
 """
 
 from __future__ import annotations
@@ -41,8 +52,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def one_session_copy(app_path: Path, folder: Path) -> Path:
-    """``app_path`` rewritten into ``folder`` with ``runtime.session: one``, its relative paths made absolute."""
+def one_session_copy(app_path: Path, folder: Path, session: str = "one") -> Path:
+    """``app_path`` rewritten into ``folder`` with ``runtime.session: session`` (``None``: as it is), its relative
+    paths made absolute."""
     import yaml
 
     base = app_path.parent
@@ -54,10 +66,12 @@ def one_session_copy(app_path: Path, folder: Path) -> Path:
         calibration = (scenario.get("quantize") or {}).get("calibration")
         if calibration:
             scenario["quantize"]["calibration"] = str((base / calibration).resolve())
-    data["name"] = f"{data['name']}-one"
-    data.setdefault("runtime", {})["session"] = "one"
+    tag = session or "default"
+    data["name"] = f"{data['name']}-{tag}"
+    if session is not None:
+        data.setdefault("runtime", {})["session"] = session
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{app_path.stem}-one.yaml"
+    target = folder / f"{app_path.stem}-{tag}.yaml"
     target.write_text(yaml.safe_dump(data, sort_keys=False))
     return target
 
@@ -73,14 +87,21 @@ def memory(units_app: Path, one_app: Path, frames: int) -> dict[str, Any]:
     from sbrs.bench.device_memory import PROBES, Probe, bare_interpreter, build_facts, staged
 
     facts = build_facts(units_app)
+    # a scenario of its own input size runs behind its Resize; made in a child, as this process must not map numpy
+    # or onnxruntime before the probes (their PSS would share those pages with it)
+    code = ("import json, sys; sys.path.insert(0, sys.argv[2]); from one_session import plain_model; "
+            "from sbrs.app import load_app; app = load_app(sys.argv[1]); "
+            "print(json.dumps([plain_model(app, s.name) for s in app.config.scenarios]))")
+    models = json.loads(subprocess.run([sys.executable, "-c", code, str(units_app), str(Path(__file__).parent)],
+                                       check=True, capture_output=True, text=True, cwd=ROOT).stdout)
     weights = (str(build_dir(units_app)) + os.sep, str(build_dir(one_app)) + os.sep,
-               *sorted({str(Path(m).parent) + os.sep for m in facts["models"]}))
+               *sorted({str(Path(m).parent) + os.sep for m in (*facts["models"], *models)}))
     ort_args = {"shape": list(facts["input"]["shape"]), "dtype": facts["input"]["dtype"], "frames": frames}
-    largest = max(facts["models"], key=lambda path: Path(path).stat().st_size)
+    largest = max(models, key=lambda path: Path(path).stat().st_size)
     probes = {
         "sbrs units": ("python_api.py", str(units_app), str(frames)),
         "sbrs one": ("python_api.py", str(one_app), str(frames)),
-        "plain ORT, all N": ("plain_ort.py", json.dumps({"models": facts["models"], **ort_args})),
+        "plain ORT, all N": ("plain_ort.py", json.dumps({"models": models, **ort_args})),
         "plain ORT, largest alone": ("plain_ort.py", json.dumps({"models": [largest], **ort_args})),
     }
     figures: dict[str, Any] = {}
@@ -226,6 +247,82 @@ def _one_switch(session: Any, old_feed: dict[str, Any], new_feed: dict[str, Any]
     return done - request, finished[0] - begin
 
 
+def first_outputs(units_app: Path, one_app: Path, repeats: int) -> dict[str, float]:
+    """Seconds from a fresh process's start to its first output (module docstring, 4): ``sbrs run`` on each build
+    (``sbrs.bench.probe``'s ``run`` mode) and a plain ONNX Runtime script with every scenario's model."""
+    from sbrs.app.config import load_app_config
+    from sbrs.bench.probe import probe_command
+
+    config = load_app_config(units_app)
+    order = [config.initial] + [s.name for s in config.scenarios if s.name != config.initial]
+    plain = {"providers": ["CPUExecutionProvider"], "threads": config.runtime.threads or os.cpu_count() or 1,
+             "shape": list(config.input.shape), "dtype": config.input.dtype, "frames": 1, "random": True,
+             "models": [config.scenario(name).model_path for name in order]}
+    sides = {"units": probe_command("run", str(units_app), "1"), "one": probe_command("run", str(one_app), "1"),
+             "plain ORT, all N": probe_command("ort", json.dumps(plain))}
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    for command in sides.values():  # bytecode written, files in the page cache
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    samples: dict[str, list[float]] = {side: [] for side in sides}
+    for _ in range(repeats):
+        for side, command in sides.items():
+            start = time.perf_counter()
+            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                       env=env)
+            assert process.stdout is not None
+            process.stdout.readline()
+            samples[side].append(time.perf_counter() - start)
+            process.stdout.read()
+            if process.wait() != 0:
+                raise SystemExit(f"{side}: {command[:4]}... failed")
+    return {side: statistics.median(values) for side, values in samples.items()}
+
+
+def against_plain(units_app: Path, one_app: Path, frames: int, repeats: int) -> dict[str, Any]:
+    """Throughput per scenario and switch Δ against plain ONNX Runtime, each build in its own run, and time to
+    first output (module docstring, 4)."""
+    from sbrs.bench.bench import measure_switching, measure_throughput
+
+    row: dict[str, Any] = {"first_output_s": first_outputs(units_app, one_app, repeats)}
+    for side, path in (("units", units_app), ("one", one_app)):
+        measured = measure_throughput(str(path), frames=frames, repeats=repeats, granularity=None)
+        row.setdefault("throughput_ratio", {})[side] = {s: f["ratio"] for s, f in measured["scenarios"].items()}
+        switching = measure_switching(str(path), repeats=repeats, methods=("sbrs-tp", "ort-all"))["overall"]
+        row.setdefault("switch", {})[side] = {"mean_ms": switching["sbrs-tp"]["mean_s"] * 1e3,
+                                              "ort_all_mean_ms": switching["ort-all"]["mean_s"] * 1e3,
+                                              "ratio": switching["ratios"]["sbrs-tp"]}
+    return row
+
+
+def build_cost(apps: list[str], folder: Path, repeats: int) -> dict[str, Any]:
+    """Seconds per ``sbrs build`` of each app with the default session and with ``auto``, the build's timings
+    removed (cold) and kept (warm), and what auto chose (module docstring, 5)."""
+    from sbrs.artifact.read import MANIFEST, build_dir
+    from sbrs.cache import cache_dir
+
+    timings = cache_dir("timings")
+    report: dict[str, Any] = {}
+    for app in apps:
+        copies = {"default": one_session_copy(Path(app).resolve(), folder, None),
+                  "auto": one_session_copy(Path(app).resolve(), folder, "auto")}
+        build(copies["default"])  # models exported, derived and cached as a user's second build finds them
+        samples: dict[str, list[float]] = {f"{side} {state}": [] for side in copies for state in ("cold", "warm")}
+        for _ in range(repeats):
+            for side, path in copies.items():
+                for state in ("cold", "warm"):
+                    if state == "cold":
+                        for entry in timings.glob("*.json"):
+                            entry.unlink()
+                    start = time.perf_counter()
+                    build(path)
+                    samples[f"{side} {state}"].append(time.perf_counter() - start)
+        chosen = json.loads((build_dir(copies["auto"]) / MANIFEST).read_text())["session"]
+        report[Path(app).stem] = {"build_s": {key: statistics.median(values) for key, values in samples.items()},
+                                  "auto_chose": chosen["session"], "reason": chosen["reason"],
+                                  "load": chosen["load"]}
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("apps", nargs="*", default=[str(ROOT / "apps" / f"{n}.yaml") for n in ("drone", "cifar10")])
@@ -235,9 +332,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-memory", action="store_true", help="time frames (and switches) only")
     parser.add_argument("--folder", default=str(Path(tempfile.gettempdir()) / "sbrs-bench-one"),
                         help="where the one-graph app copies and their builds go")
+    parser.add_argument("--table", action="store_true", help="throughput, switch delay and first output against "
+                        "plain ONNX Runtime as sbrs bench measures them (module docstring, 4)")
+    parser.add_argument("--no-frame-times", action="store_true", help="skip the interleaved frame times (2)")
+    parser.add_argument("--build-cost", action="store_true", help="only the extra build time of session: auto (5)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     report: dict[str, Any] = {}
+    if args.build_cost:
+        report = build_cost(args.apps, Path(args.folder), args.repeats)
+        print(json.dumps(report, indent=1))
+        return 0
     pairs = []
     for app in args.apps:
         units_app = Path(app).resolve()
@@ -251,7 +356,10 @@ def main(argv: list[str] | None = None) -> int:
         pss = report[units_app.stem].get("pss_mb")
         if pss is not None:
             pss["floor"] = pss["plain ORT, largest alone"] + unique_beside_largest(units_app) / 1e6 + 3.0
-        report[units_app.stem]["ms_per_frame"] = frame_times(units_app, one_app, args.frames, args.repeats)
+        if not args.no_frame_times:
+            report[units_app.stem]["ms_per_frame"] = frame_times(units_app, one_app, args.frames, args.repeats)
+        if args.table:
+            report[units_app.stem]["against_plain"] = against_plain(units_app, one_app, args.frames, args.repeats)
         if args.switching:
             report[units_app.stem]["switching"] = switching(one_app, args.repeats)
     if args.json:
@@ -261,9 +369,18 @@ def main(argv: list[str] | None = None) -> int:
         pss = row.get("pss_mb", {})
         print(f"{app}: PSS above a bare interpreter, MB: " + ", ".join(f"{k} {v:.1f}" for k, v in pss.items()))
         print(f"  {'scenario':<12} {'units ms':>9} {'one ms':>8} {'plain ms':>9} {'one/plain':>9} {'units/plain':>11}")
-        for scenario, t in row["ms_per_frame"].items():
+        for scenario, t in row.get("ms_per_frame", {}).items():
             print(f"  {scenario:<12} {t['units']:>9.3f} {t['one']:>8.3f} {t['plain']:>9.3f} "
                   f"{t['one'] / t['plain']:>9.2f} {t['units'] / t['plain']:>11.2f}")
+        plain = row.get("against_plain")
+        if plain is not None:
+            print("  first output s: " + ", ".join(f"{k} {v:.3f}" for k, v in plain["first_output_s"].items()))
+            for side in ("units", "one"):
+                ratios = plain["throughput_ratio"][side]
+                switch = plain["switch"][side]
+                print(f"  {side}: throughput / plain ORT's best " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items())
+                      + f"; switch Δ {switch['mean_ms']:.2f} ms, {switch['ratio']:.2f} of plain ORT's "
+                        f"{switch['ort_all_mean_ms']:.2f}")
         for pair, figures in row.get("switching", {}).items():
             print(f"  {pair:<24} " + ", ".join(f"{k} {v:.2f}" for k, v in figures.items()))
     return 0

@@ -105,6 +105,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
         streams = textwrap.wrap(_streams_line(args.app, str(app.config.runtime.streams)), WIDTH,
                                 subsequent_indent="  ")
+        session = _session_line(args.app) if app.config.runtime.session == "auto" else None
+        if session is not None:
+            streams = [*textwrap.wrap(session, WIDTH, subsequent_indent="  "), *streams]
         print(format_summary(app_summary(app, moc, plan_for(app)), MAX_LINES - len(streams)))  # one screen in all
         print("\n".join(streams))
     return 0
@@ -121,6 +124,28 @@ def _streams_line(app_path: str, asked: str) -> str:
         return (f"runtime.streams: {asked}" + (" (measured by `sbrs build`: no current build yet, one stream until "
                                                "then)" if asked == "auto" else ""))
     return f"runtime.streams: {asked} → {choice['streams']} in the build ({choice['reason']})"
+
+
+def _session_text(choice: dict[str, Any]) -> str:
+    """How a build runs the app and why (its manifest's ``session``, ``sbrs.compile.session_choice``)."""
+    form = ("as one graph on one ONNX Runtime session" if choice["session"] == "one" else
+            "as execution units, an ONNX Runtime session each")
+    load = "" if choice.get("load") is None else f", measured at load average {choice['load']:.1f}"
+    if choice["asked"] != "auto":
+        return f"session: runs {form} (runtime.session: {choice['asked']})"
+    return f"session: runs {form} (runtime.session: auto; {choice['reason']}{load})"
+
+
+def _session_line(app_path: str) -> str | None:
+    """Under ``runtime.session: auto``, how the current build runs the app and why, or that no build has chosen
+    yet; None where the app names its form (the summary says it)."""
+    from sbrs.artifact.read import build_dir, verify_build
+
+    try:
+        choice = verify_build(build_dir(app_path), app_path)["session"]
+    except InputError:
+        return ("session: runtime.session: auto, measured by `sbrs build` (no current build yet: units until then)")
+    return None if choice["asked"] != "auto" else _session_text(choice)
 
 
 ADAPTIVE_SETS = (("I", "O", "par"), ("I", "O"))
@@ -186,8 +211,8 @@ def _build_text(result: Any) -> str:
         lines.append(f"{name:<16} {_mb(figures.params_bytes):>8} {_mb(figures.naive_bytes):>8}"
                      f" {_mb(figures.arena_bytes):>8} {_mb(figures.lower_bound_bytes):>8}")
     lines.append(f"plan saved to {result.plan_path}")
-    files = (f"{built['units']} unit files" if built["run_by_parts"] is None else
-             f"{built['call_files']} band-call files (the app runs by parts)")
+    files = (f"{built['call_files']} band-call files (the app runs by parts)" if built["run_by_parts"] is not None
+             else "the app as one graph (one.onnx)" if built["execution"] == "one" else f"{built['units']} unit files")
     optimized = built["optimized_for"]
     lines.append(f"build written to {built['folder']}: {files}, {built['weights_bytes'] / 1e6:.1f} MB of weights "
                  "stored once" + (f" (no ONNX Runtime-optimised form: {built['not_optimized']})" if optimized is None
@@ -201,6 +226,7 @@ def _build_text(result: Any) -> str:
     streams = built["streams"]
     load = "" if streams.get("load") is None else f", measured at load average {streams['load']:.1f}"
     lines.append(f"streams: {streams['streams']} (runtime.streams: {streams['asked']}; {streams['reason']}{load})")
+    lines.append(_session_text(built["session"]))
     footprint = built["footprint"]
     lines.append(f"plan of what the runtime holds: parameters as executed {_mb(footprint['params_bytes'])} + tensors "
                  f"{_mb(footprint['tensors_bytes'])} (every tensor, those inside ONNX Runtime calls too) + transition "

@@ -138,7 +138,8 @@ class RuntimeOptions:
     the search chooses (by parts); ``auto`` (default): for execution units, what ``sbrs build`` measured faster
     (``sbrs.compile.unit_streams``; one stream without a build), by parts the search's choice.
     ``session``: ``units`` (default), the execution units above; ``one``, the app as one ONNX graph run by one
-    session (``sbrs.compile.one_graph``)."""
+    session (``sbrs.compile.one_graph``); ``auto``, whichever ``sbrs build`` measured as fast on this machine
+    (``sbrs.compile.session_choice``; units without a build)."""
 
     providers: tuple[str, ...]
     threads: int | None

@@ -113,7 +113,8 @@ def build_app(app_path: str | Path, *, memory_limit_mb: float | None = None,
     manifest = compile_app(app, reduction=reduction)
     parts = manifest["parts"]
     folder = build_dir(app.config.path)
-    report["build"] = {"folder": str(folder), "execution": "units" if parts is None else "parts",
+    report["build"] = {"folder": str(folder),
+                       "execution": "parts" if parts is not None else manifest["plan"].get("execution", "units"),
                        "units": len(manifest["plan"]["units"]) if parts is None else 0,
                        "call_files": sum(1 for name in manifest["files"]
                                          if name.startswith("c") and name.endswith(".onnx") and ".opt." not in name),
@@ -127,6 +128,7 @@ def build_app(app_path: str | Path, *, memory_limit_mb: float | None = None,
                            "transition_cut": parts["reduction"].get("transition_cut")},
                        "footprint": manifest["footprint"],
                        "streams": manifest["streams"],
+                       "session": manifest["session"],
                        "figures": "params, naive, Algorithm 8, arena and lower bound are planned from the "
                                   "models; the footprint is the plan of what the runtime holds (parameters as "
                                   "executed, every tensor, transition room); `sbrs bench` measures the process"}

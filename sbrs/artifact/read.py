@@ -56,11 +56,12 @@ if TYPE_CHECKING:
     from sbrs.compile.units import UnitPlan
 
 
-#: 9: ``runtime.streams: auto`` (the default) and the build's choice with its figures (``streams``); 8:
+#: 10: ``runtime.session: auto`` and the build's form of the app with its figures (``session``); 9:
+#: ``runtime.streams: auto`` (the default) and the build's choice with its figures (``streams``); 8:
 #: ``runtime.share_min_mb``/``switch_steps`` left out default by provider (one unit per scenario on a GPU); 7: edge
 #: models of band calls (``BandCall.edge``); 6: the plan's footprint (``footprint``); 5: processing by parts as
 #: one PartsPlan (``parts``)
-FORMAT = 9
+FORMAT = 10
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.bin"
 #: The file name ending of ONNX Runtime's optimised form of a model file of the build (``<stem>`` + this).

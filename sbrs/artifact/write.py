@@ -33,6 +33,7 @@ from sbrs.artifact.read import (
     input_record,
     manifest_checksum,
 )
+from sbrs.compile.session_choice import SessionChoice
 from sbrs.compile.unit_streams import StreamsChoice
 from sbrs.compile.units import UnitPlan
 from sbrs.log import Progress
@@ -134,13 +135,14 @@ def scenario_memory_mb(app: App, plan: UnitPlan) -> dict[str, float]:
     return {name: (params_bytes([model]) + peaks.get(name, 0)) / 1e6 for name, model in app.models.items()}
 
 
-def _save_optimized_models(app: App, staging: Path) -> tuple[str | None, str | None]:
+def _save_optimized_models(app: App, staging: Path, *, one: bool) -> tuple[str | None, str | None]:
     """Beside every model file of the build, ONNX Runtime's optimised form for this machine (``<name>.opt.onnx``,
     ``sbrs.ort_env.save_optimized``), their weights in one file (``_share_optimized_weights``).
 
     Returns the machine they are valid on (``machine_key``) and None, or None and why none were made: the app
     runs on a GPU provider (the optimised form would fix node placement), the CPU's flags cannot be read, or
-    ONNX Runtime could not write one of them (then none is kept: the build stays whole and portable).
+    ONNX Runtime could not write one of them (then none is kept: the build stays whole and portable). ``one``:
+    the files are the app as one graph, whose optimised form's names are made unique again (``unique_names``).
     """
     from sbrs.ort_env import (
         CPU_PROVIDER,
@@ -162,7 +164,7 @@ def _save_optimized_models(app: App, staging: Path) -> tuple[str | None, str | N
         for done, path in enumerate(sources, 1):
             made.append(path.with_name(path.stem + OPTIMIZED_SUFFIX))
             save_optimized(str(path), str(made[-1]), providers)
-            if app.config.runtime.session == "one":  # ONNX Runtime repeats names across branches: make them unique
+            if one:  # ONNX Runtime repeats names across branches: make them unique
                 from sbrs.compile.one_graph import unique_names
 
                 model = onnx.load_model(str(made[-1]), load_external_data=False)
@@ -211,7 +213,7 @@ def _units_digest(staging: Path) -> str:
 
 
 def _chosen_streams(app: App, plan: UnitPlan, staging: Path, optimized: bool, unit_threads: Mapping[str, int],
-                    limit_bytes: int | None, units_digest: Callable[[], str]) -> StreamsChoice:
+                    limit_bytes: int | None, units_digest: Callable[[], str], *, one: bool) -> StreamsChoice:
     """How many streams the build's units run (``runtime.streams``; ``sbrs.compile.unit_streams``): what the app
     asks, or under ``auto`` one stream or two as measured here on the build's unit files. Not measured (one
     stream): a switch gives the frame in flight up or resumes it (one frame at a time), the app shares ONNX
@@ -232,7 +234,7 @@ def _chosen_streams(app: App, plan: UnitPlan, staging: Path, optimized: bool, un
     providers = resolve_providers(tuple(runtime.providers), where=app.config.path)
     cores = os.cpu_count() or 1
     why_one = ("not measured with session: one (the app's one graph takes its scenario as an input)"
-               if runtime.session == "one" else
+               if one else
                f"on_switch: {runtime.on_switch} runs one frame at a time" if runtime.on_switch != "finish" else
                "the app runs on ONNX Runtime's global pool (threads_scope: process)"
                if runtime.threads_scope != "session" else
@@ -307,6 +309,110 @@ def _initializers(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
     return found
 
 
+def _plans(app: App, moc: Any, *, one: bool, mode: str, limit: int | None) -> tuple[Any, Any, Any, Any, str]:
+    """The plan of one form of the app (``one``: the one graph's, else its execution units'), the plan the runtime
+    runs (with SBRS-TP's shadow slots where they fit the memory ``limit``), the shadow slots, the transition tables
+    and the arena they were made for."""
+    from sbrs.compile.transitions import build_transition_plan, plan_shadow
+    from sbrs.compile.unit_plan import build_unit_plan
+    from sbrs.model import params_bytes
+
+    arena = "shadow" if mode == "sbrs-tp" else "shared"
+    if one:  # the app as one graph: the plan of its one unit (``sbrs.compile.one_graph``)
+        from sbrs.compile.one_graph import one_plan
+
+        plan = one_plan(app)
+    else:
+        plan = build_unit_plan(app, None, moc, transition=mode)
+    run_plan, shadow = plan, None
+    if arena == "shadow":
+        run_plan, shadow = plan_shadow(plan)
+        if limit is not None and params_bytes(app.models.values()) + run_plan.arena_bytes > limit:
+            arena, run_plan, shadow = "shared", plan, None  # the shadow slots would break the memory limit
+    return plan, run_plan, shadow, build_transition_plan(run_plan, arena=arena, shadow=shadow), arena
+
+
+def _write_form(app: App, moc: Any, plan: Any, staging: Path, *, one: bool) -> tuple[str | None, str | None]:
+    """Write one form of the app into ``staging``: the one graph (``one.onnx``) or a file per execution unit of
+    ``plan``, their weights in one file, and ONNX Runtime's optimised form of each (``_save_optimized_models``'s
+    result)."""
+    from sbrs.compile.layout import UnitModels
+
+    weights = _WeightsFile(staging / WEIGHTS)
+    try:
+        if one:
+            from sbrs.compile.one_graph import one_graph
+            from sbrs.compile.one_plan import ONE_UNIT
+
+            model = one_graph(app, moc, initializer=weights.tensor).model  # the same graph, weights in the file
+            onnx.save_model(model, str(staging / f"{ONE_UNIT}.onnx"))
+        else:
+            specs = {t.id: t.spec for t in plan.tensors}
+            progress = Progress(logger, "writing unit files", len(plan.units), unit="units")
+            unit_models = UnitModels(app.models, moc, specs, app.name, initializer=weights.tensor)
+            for done, unit in enumerate(plan.units, 1):
+                onnx.save_model(unit_models(unit), str(staging / f"{unit.id}.onnx"))
+                progress(done)
+    finally:
+        weights.close()
+    return _save_optimized_models(app, staging, one=one)
+
+
+def units_without_measuring(app: App, reduction: Mapping[str, Any] | None) -> str | None:
+    """Why ``runtime.session: auto`` keeps the app's execution units without measuring one graph
+    (``sbrs.compile.session_choice``), or None: what the app file's checks refuse for ``session: one``
+    (``sbrs.app.config``), and a scenario set that cannot share one graph (its ``InputError``)."""
+    runtime = app.config.runtime
+    if reduction is not None or app.config.memory_limit_mb is not None:
+        return "a memory limit may need processing by parts, which one graph cannot be"
+    if runtime.on_switch == "resume":
+        return "on_switch: resume resumes a frame after a step both scenarios share; one graph runs it as one call"
+    from sbrs.compile.one_graph import check_one_graph
+    from sbrs.errors import InputError
+
+    try:
+        check_one_graph(app)
+    except InputError as exc:
+        return f"the scenarios cannot share one graph ({exc.detail})"
+    return None
+
+
+def _chosen_session(app: App, units: Path, one: Path, plan: Any, one_plan: Any, optimized: bool,
+                    unit_threads: Mapping[str, int], units_digest: Callable[[], str]) -> SessionChoice:
+    """Units or one graph under ``runtime.session: auto``, measured here on the build's files of both forms (the
+    units' in ``units``, the one graph's in ``one``; ``sbrs.compile.session_choice``), the figures kept per machine
+    and files (``sbrs.compile.timing_cache``)."""
+    from sbrs.compile.one_plan import ONE_UNIT
+    from sbrs.compile.session_choice import ScenarioSession, choose_session, measure_session
+    from sbrs.compile.timing_cache import files_digest, is_busy, measured_once, timing_path
+    from sbrs.compile.unit_threads import whole_frame_units
+    from sbrs.ort_env import machine_key, resolve_providers
+
+    runtime = app.config.runtime
+    providers = resolve_providers(tuple(runtime.providers), where=app.config.path)
+    threads = runtime.threads or os.cpu_count() or 1
+    suffix = OPTIMIZED_SUFFIX if optimized else ".onnx"
+    indices = {name: one_plan.index(name) for name in plan.sequences}
+
+    def measure() -> dict[str, Any]:
+        figures = measure_session({unit.id: str(units / f"{unit.id}{suffix}") for unit in plan.units},
+                                  plan.sequences, str(one / f"{ONE_UNIT}{suffix}"), indices, providers,
+                                  lambda unit: min(threads, unit_threads.get(unit, threads)), threads,
+                                  optimized=optimized, warm=whole_frame_units(plan.sequences))
+        return {scenario: figure.to_dict() for scenario, figure in figures.items()}
+
+    one_digest = files_digest(sorted(path for path in one.iterdir() if path.is_file() and OPTIMIZED_SUFFIX not in
+                                     path.name))
+    timing = measured_once(timing_path("session", units_digest(), one_digest, machine_key(providers), optimized,
+                                       threads, sorted(unit_threads.items()), indices), measure)
+    choice = choose_session({s: ScenarioSession.from_dict(f) for s, f in timing.figures.items()}, timing.load)
+    if is_busy(timing.load) and not timing.cached:
+        logger.warning("sbrs build: runtime.session: auto measured %s on a busy machine (load average %.1f): the "
+                       "choice (%s) is that machine's, kept for its next builds until one finds it quiet; or set "
+                       "runtime.session", app.name, timing.load, choice.session)
+    return choice
+
+
 def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Write the build of ``app`` (default ``APP.build/`` beside the app file); returns its manifest.
 
@@ -315,20 +421,24 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
     instead of execution units: one ``c<key>.onnx`` per distinct call model and the ``PartsPlan`` in the
     manifest (and no unit plan).
     The limit is recorded either way (``memory_limit_bytes``), so a run can tell a build made for another.
+
+    The app's form (``runtime.session``): its execution units, or one graph (``one.onnx``); under ``auto`` the
+    build writes both, measures them (``sbrs.compile.session_choice``) and keeps the chosen form's files alone,
+    unless ``units_without_measuring`` says why one graph cannot run the app. The choice is the manifest's
+    ``session``.
     """
     from sbrs.compile.fit import scenario_memory_mb as parts_memory_mb
     from sbrs.compile.footprint import parts_footprint, units_footprint
-    from sbrs.compile.layout import UnitModels
-    from sbrs.compile.transitions import build_transition_plan, plan_shadow
-    from sbrs.compile.unit_plan import build_unit_plan
+    from sbrs.compile.session_choice import asked_choice, forced_units
     from sbrs.moc import derive_moc
     from sbrs.model import naive_buffer_bytes, params_bytes
 
     folder = folder or build_dir(app.config.path)
     mode = app.config.runtime.transition
+    asked = app.config.runtime.session
     arena = "shadow" if mode == "sbrs-tp" else "shared"
     parts = None
-    if reduction is not None and not reduction["early_exit"] and app.config.runtime.session == "one":
+    if reduction is not None and not reduction["early_exit"] and asked == "one":
         from sbrs.errors import InputError
 
         raise InputError(f"the memory limit {reduction['memory_limit_bytes'] / 1e6:g} MB needs processing by parts, "
@@ -338,65 +448,63 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
         from sbrs.compile.fit import fit_parts
 
         parts = fit_parts(app, reduction)
+    session = asked_choice(asked) if asked != "auto" else None
+    if session is None:
+        why = units_without_measuring(app, reduction)
+        session = None if why is None else forced_units(why)
     moc = plan = run_plan = shadow = transitions = None
-    one = parts is None and app.config.runtime.session == "one"
+    one = parts is None and session is not None and session.session == "one"
+    limit = None if reduction is None else int(reduction["memory_limit_bytes"])
     if parts is None:
         moc = derive_moc(app.models, app.config.adaptive)
-        if one:  # the app as one graph: the plan of its one unit (``sbrs.compile.one_graph``), its file below
-            from sbrs.compile.one_graph import one_plan
-
-            plan = one_plan(app)
-        else:
-            plan = build_unit_plan(app, None, moc, transition=mode)
-        run_plan = plan
-        if arena == "shadow":
-            run_plan, shadow = plan_shadow(plan)
-            limit = None if reduction is None else int(reduction["memory_limit_bytes"])
-            if limit is not None and params_bytes(app.models.values()) + run_plan.arena_bytes > limit:
-                arena, run_plan, shadow = "shared", plan, None  # the shadow slots would break the memory limit
-        transitions = build_transition_plan(run_plan, arena=arena, shadow=shadow)
+        plan, run_plan, shadow, transitions, arena = _plans(app, moc, one=one, mode=mode, limit=limit)
 
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    other: Path | None = None  # the form auto measured and did not keep
     try:
-        weights = _WeightsFile(staging / WEIGHTS)
-        try:
-            if one:
-                from sbrs.compile.one_graph import one_graph
-                from sbrs.compile.one_plan import ONE_UNIT
+        if parts is None:
+            optimized_for, not_optimized = _write_form(app, moc, plan, staging, one=one)
+        else:
+            from sbrs.compile.parts import call_models
+            from sbrs.compile.parts_plan import call_file
 
-                model = one_graph(app, moc, initializer=weights.tensor).model  # the same graph, weights in the file
-                onnx.save_model(model, str(staging / f"{ONE_UNIT}.onnx"))
-            elif parts is None:
-                assert plan is not None and moc is not None
-                specs = {t.id: t.spec for t in plan.tensors}
-                progress = Progress(logger, "writing unit files", len(plan.units), unit="units")
-                unit_models = UnitModels(app.models, moc, specs, app.name, initializer=weights.tensor)
-                for done, unit in enumerate(plan.units, 1):
-                    model = unit_models(unit)
-                    onnx.save_model(model, str(staging / f"{unit.id}.onnx"))
-                    progress(done)
-            else:
-                from sbrs.compile.parts import call_models
-                from sbrs.compile.parts_plan import call_file
-
+            weights = _WeightsFile(staging / WEIGHTS)
+            try:
                 calls = call_models(app.models, parts)
                 progress = Progress(logger, "writing band-call files", len(calls), unit="models")
                 for done, (key, model) in enumerate(calls.items(), 1):
                     weights.externalise(model)
                     onnx.save_model(model, str(staging / call_file(key)))
                     progress(done)
-        finally:
-            weights.close()
-        optimized_for, not_optimized = _save_optimized_models(app, staging)
+            finally:
+                weights.close()
+            optimized_for, not_optimized = _save_optimized_models(app, staging, one=False)
         units_digest = functools.cache(lambda: _units_digest(staging))  # hashed once, and only where measured
         unit_threads = {} if plan is None or one else _measured_unit_threads(app, plan, staging,
                                                                               optimized_for is not None, units_digest)
-        limit = None if reduction is None else int(reduction["memory_limit_bytes"])
         streams = (StreamsChoice(parts.streams, str(app.config.runtime.streams), "chosen by the search under the "
                                  "memory limit (band streams)") if parts is not None
                    else _chosen_streams(app, run_plan, staging, optimized_for is not None, unit_threads, limit,
-                                        units_digest))
+                                        units_digest, one=one))
+        if session is None and streams.asked == "auto" and streams.streams > 1:
+            session = forced_units(f"the units measured faster on {streams.streams} streams ({streams.reason}), where "
+                                   "runtime.streams: auto runs one graph on one")
+        if session is None:  # auto: the one graph beside the units, both timed, the chosen form's files kept
+            other = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+            one_form = _plans(app, moc, one=True, mode=mode, limit=limit)
+            one_optimized = _write_form(app, moc, one_form[0], other, one=True)
+            optimized = optimized_for is not None and one_optimized[0] is not None
+            session = _chosen_session(app, staging, other, plan, one_form[0], optimized, unit_threads, units_digest)
+            if session.session == "one":
+                staging, other = other, staging
+                plan, run_plan, shadow, transitions, arena = one_form
+                optimized_for, not_optimized = one_optimized
+                unit_threads = {}
+                streams = _chosen_streams(app, run_plan, staging, optimized_for is not None, unit_threads, limit,
+                                          units_digest, one=True)
+            shutil.rmtree(other)
+            other = None
         files = {record.pop("path"): record for record in
                  (input_record(path, staging) for path in sorted(staging.iterdir()) if path.is_file())}
         manifest: dict[str, Any] = {
@@ -422,6 +530,7 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
             "not_optimized": not_optimized,
             "unit_threads": unit_threads,
             "streams": streams.to_dict(),
+            "session": session.to_dict(),
             "files": files,
         }
         manifest["checksum"] = manifest_checksum(manifest)
@@ -431,5 +540,7 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
         os.replace(staging, folder)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        if other is not None:
+            shutil.rmtree(other, ignore_errors=True)
         raise
     return manifest

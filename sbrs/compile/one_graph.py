@@ -428,6 +428,26 @@ def _opsets(models: Mapping[str, CnnModel], where: str) -> dict[str, int]:
     return opsets
 
 
+def _shared_contract(app: App) -> tuple[dict[str, int], tuple[GraphOutput, ...]]:
+    """The operator sets and outputs the app's scenarios share in one graph; an ``InputError`` naming the scenario
+    where they cannot: a model input of another element type than the app's, another operator set version, an
+    output name with different element types."""
+    config = app.config
+    for scenario, model in app.models.items():
+        spec = model.tensors[model.graph_inputs[0]]
+        if len(model.graph_inputs) != 1 or spec.dtype != config.input.dtype:
+            raise InputError(f"scenario '{scenario}': its model's input is {spec.dtype}, the app's "
+                             f"{config.input.dtype}; one graph has one input", file=str(config.path),
+                             field="scenarios")
+    return _opsets(app.models, str(config.path)), _graph_outputs(app.models, config.path)
+
+
+def check_one_graph(app: App) -> None:
+    """Raise the ``InputError`` that says why ``app``'s scenarios cannot share one graph (``_shared_contract``),
+    without making the graph (``runtime.session: auto`` keeps units then, ``sbrs.artifact.write``)."""
+    _shared_contract(app)
+
+
 def one_graph(app: App, moc: Moc | None = None, initializer: Initializer = numpy_helper.from_array) -> OneGraph:
     """``app`` as one ONNX graph (module docstring). ``initializer`` makes each weight's tensor from its array
     and name (default: inside the model; ``sbrs build`` writes them to its weights file)."""
@@ -442,14 +462,7 @@ def one_graph(app: App, moc: Moc | None = None, initializer: Initializer = numpy
     moc = moc or derive_moc(models, config.adaptive)
     order = tuple(models)
     frame = TensorInfo(config.input.name, tuple(config.input.shape), config.input.dtype)
-    for scenario, model in models.items():
-        spec = model.tensors[model.graph_inputs[0]]
-        if len(model.graph_inputs) != 1 or spec.dtype != config.input.dtype:
-            raise InputError(f"scenario '{scenario}': its model's input is {spec.dtype}, the app's "
-                             f"{config.input.dtype}; one graph has one input", file=str(config.path),
-                             field="scenarios")
-    opsets = _opsets(models, str(config.path))
-    outputs = _graph_outputs(models, config.path)
+    opsets, outputs = _shared_contract(app)
 
     builder = _Builder(models, order, initializer)
     builder.used.update({config.input.name, SCENARIO_INPUT, *(o.info.name for o in outputs)})

@@ -43,6 +43,8 @@ SESSION_LINES = {
              "one graph)",
     "one": "runs as one graph on one ONNX Runtime session, every weight once, If where paths split "
            "(runtime.session: one)",
+    "auto": "runs as execution units or as one graph, whichever `sbrs build` measures as fast on this machine "
+            "(runtime.session: auto)",
 }
 
 
