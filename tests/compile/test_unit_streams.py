@@ -157,3 +157,21 @@ def test_cancel_keeps_one_stream_unmeasured(tmp_path: Path) -> None:
     assert main(["build", str(path), "--json"]) == 0
     build = load_build(path)
     assert build.streams == 1 and build.streams_choice is not None and build.streams_choice["figures"] is None
+
+
+def test_plain_two_frames_are_timed_as_sbrs_bench_runs_them() -> None:
+    """Plain ONNX Runtime's two frames at once (the check on the shortest frames) run half the frames on this
+    thread and half on another at once, without the runtime's hand-offs (``sbrs bench``'s comparator)."""
+    import threading
+
+    from sbrs.compile import unit_streams
+
+    threads: list[int] = []
+
+    class Session:
+        def run(self, outputs: object, feed: object) -> None:
+            threads.append(threading.get_ident())
+
+    seconds = unit_streams._two_at_once([(Session(), {})], 3)
+    assert seconds > 0 and len(threads) == 6
+    assert threads.count(threading.get_ident()) == 3 and len(set(threads)) == 2
