@@ -50,9 +50,9 @@ REPO_BUILDS = pytest.mark.xdist_group("repo-builds")
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto`` (the README's test command): one worker more than the machine has cores. Many tests wait a
     while (a Prometheus scrape, a child ``sbrs run`` starting, a stream reconnecting, a sensor's next reading),
-    leaving their core idle; a third worker on this project's 2-core machine filled those waits: the fast tier
-    in 5 min 34 s against 5 min 59 s to 6 min 1 s on two workers and 5 min 51 s on four (2026-11-28, quiet
-    machine, the same code)."""
+    leaving their core idle; a third worker on this project's 2-core machine fills some of those waits: the fast
+    tier in 5 min 34 s and, from a fresh clone, 5 min 56 s, against 5 min 59 s to 6 min 11 s in five runs on two
+    workers and 5 min 51 s on four (2026-11-28, quiet machine)."""
     return (os.cpu_count() or 1) + 1
 
 
