@@ -128,12 +128,9 @@ def _streams_line(app_path: str, asked: str) -> str:
 
 def _session_text(choice: dict[str, Any]) -> str:
     """How a build runs the app and why (its manifest's ``session``, ``sbrs.compile.session_choice``)."""
-    form = ("as one graph on one ONNX Runtime session" if choice["session"] == "one" else
-            "as execution units, an ONNX Runtime session each")
-    load = "" if choice.get("load") is None else f", measured at load average {choice['load']:.1f}"
-    if choice["asked"] != "auto":
-        return f"session: runs {form} (runtime.session: {choice['asked']})"
-    return f"session: runs {form} (runtime.session: auto; {choice['reason']}{load})"
+    from sbrs.compile.session_choice import SessionChoice
+
+    return "session: " + SessionChoice.from_dict(choice).describe()
 
 
 def _session_line(app_path: str) -> str | None:

@@ -42,12 +42,14 @@ figures).
 from __future__ import annotations
 
 import math
-import time
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from sbrs.compile.unit_streams import MIN_BLOCK_S, ROUNDS, seconds_per_frame
 
 #: One graph's frames may take this many times the units' (geometric mean over the scenarios) ...
 MARGIN = 1.05
@@ -55,9 +57,6 @@ MARGIN = 1.05
 WORST_MARGIN = 1.15
 #: A switch may wait for a whole frame on one graph of up to this long where units would cut it into steps.
 MAX_SWITCH_WAIT_S = 0.02
-#: Interleaved rounds per scenario, and the shortest timed block (seconds).
-ROUNDS = 7
-MIN_BLOCK_S = 0.03
 
 
 @dataclass(frozen=True)
@@ -99,13 +98,16 @@ class SessionChoice:
     def ratio(self) -> float | None:
         if not self.figures:
             return None
-        return math.exp(sum(math.log(f.ratio) for f in self.figures.values()) / len(self.figures))
+        return statistics.geometric_mean(f.ratio for f in self.figures.values())
 
     def describe(self) -> str:
         """One line for people: how the app runs and why (``sbrs inspect``, ``sbrs build``)."""
         form = "as one graph on one ONNX Runtime session" if self.session == "one" else \
             "as execution units, an ONNX Runtime session each"
-        return f"runs {form} (runtime.session: {self.asked}; {self.reason})"
+        if self.asked != "auto":
+            return f"runs {form} (runtime.session: {self.asked})"
+        load = "" if self.load is None else f", measured at load average {self.load:.1f}"
+        return f"runs {form} (runtime.session: auto; {self.reason}{load})"
 
     def to_dict(self) -> dict[str, Any]:
         ratio = self.ratio
@@ -159,14 +161,6 @@ def choose_session(figures: Mapping[str, ScenarioSession], load: float | None = 
                                         "weight once and one provider instance", dict(figures), load)
 
 
-def _units_block(chain: Sequence[tuple[Any, dict[str, np.ndarray]]], frames: int) -> float:
-    start = time.perf_counter()
-    for _ in range(frames):
-        for session, feed in chain:
-            session.run(None, feed)
-    return (time.perf_counter() - start) / frames
-
-
 def measure_session(unit_paths: Mapping[str, str], sequences: Mapping[str, Sequence[str]], one_path: str,
                     indices: Mapping[str, int], providers: tuple[str, ...], threads: Callable[[str], int],
                     one_threads: int, *, optimized: bool, warm: frozenset[str]) -> dict[str, ScenarioSession]:
@@ -174,8 +168,6 @@ def measure_session(unit_paths: Mapping[str, str], sequences: Mapping[str, Seque
     units (sessions of ``threads(unit)`` threads, those in ``warm`` kept warm) and on the one graph at ``one_path``
     (a warm session of ``one_threads``, fed the scenario's index of ``indices``): medians of ``ROUNDS`` interleaved
     blocks of at least ``MIN_BLOCK_S``."""
-    import statistics  # only a build measures
-
     from sbrs.compile.unit_threads import random_feed
     from sbrs.ort_env import create_session
 
@@ -194,13 +186,13 @@ def measure_session(unit_paths: Mapping[str, str], sequences: Mapping[str, Seque
                 feeds[unit] = random_feed(sessions[unit], rng)
         chain = [(sessions[u], feeds[u]) for u in units]
         one_chain = [(one, {**frame, "scenario": np.array(indices[scenario], dtype=np.int64)})]
-        first = max(_units_block(chain, 2), 1e-6)  # warms both; the block size follows from it
-        _units_block(one_chain, 2)
+        first = max(seconds_per_frame(chain, 2), 1e-6)  # warms both; the block size follows from it
+        seconds_per_frame(one_chain, 2)
         frames = max(1, math.ceil(MIN_BLOCK_S / first))
         samples: dict[str, list[float]] = {"units": [], "one": []}
         for _ in range(ROUNDS):
-            samples["units"].append(_units_block(chain, frames))
-            samples["one"].append(_units_block(one_chain, frames))
+            samples["units"].append(seconds_per_frame(chain, frames))
+            samples["one"].append(seconds_per_frame(one_chain, frames))
         figures[scenario] = ScenarioSession(statistics.median(samples["units"]), statistics.median(samples["one"]),
                                             len(units))
     return figures

@@ -34,6 +34,7 @@ measured. Timing decides only what the build records, never a test (tests check 
 from __future__ import annotations
 
 import math
+import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -130,7 +131,7 @@ class StreamsChoice:
     def gain(self) -> float | None:
         if not self.figures:
             return None
-        return math.exp(sum(math.log(f.gain) for f in self.figures.values()) / len(self.figures))
+        return statistics.geometric_mean(f.gain for f in self.figures.values())
 
     def to_dict(self) -> dict[str, Any]:
         gain = self.gain
@@ -152,7 +153,7 @@ def choose_streams(figures: Mapping[str, ScenarioStreams], load: float | None = 
     gain = StreamsChoice(1, "auto", "", figures).gain or 1.0
     longest = max(f.one_thread_frame_s for f in figures.values())
     plain = [f.plain_gain for f in figures.values() if f.plain_gain is not None]
-    plain_gain = math.exp(sum(math.log(g) for g in plain) / len(plain)) if plain else None
+    plain_gain = statistics.geometric_mean(plain) if plain else None
     said = f"two streams ran {gain:.2f}x the frames of one"
     if gain < MIN_GAIN:
         streams, reason = 1, f"{said}, under {MIN_GAIN:.2f}x: one stream"
@@ -181,7 +182,9 @@ def _frames(chain: Sequence[tuple[Any, dict[str, np.ndarray]]], frames: int) -> 
             session.run(None, feed)
 
 
-def _one_stream(chain: Sequence[tuple[Any, dict[str, np.ndarray]]], frames: int) -> float:
+def seconds_per_frame(chain: Sequence[tuple[Any, dict[str, np.ndarray]]], frames: int) -> float:
+    """Seconds per frame of ``chain`` (sessions and their feeds, called in order) run ``frames`` times, one frame
+    at a time (``sbrs.compile.session_choice`` times units and the one graph with it too)."""
     start = time.perf_counter()
     _frames(chain, frames)
     return (time.perf_counter() - start) / frames
@@ -244,8 +247,6 @@ def measure_streams(paths: Mapping[str, str], sequences: Mapping[str, Sequence[s
     (``CHECKED_FRAME_S``) the scenarios' own model files in ``plain`` (scenario → file) are timed too, in plain
     ONNX Runtime sessions: with its default options (intra-op threads on every core), and two frames at once on
     one-thread sessions."""
-    import statistics  # only a build measures
-
     from sbrs.compile.unit_threads import numpy_type, random_feed
     from sbrs.ort_env import create_session
 
@@ -288,11 +289,11 @@ def _interleaved(one_chain: Sequence[tuple[Any, dict[str, np.ndarray]]],
     """Seconds per frame of ``one_chain`` one frame at a time and of ``two_chain`` two at once (``two_frames``: as
     the runtime's streams run them, or plain ONNX Runtime's ``_two_at_once``): ``reduce`` of ``ROUNDS`` interleaved
     blocks of at least ``MIN_BLOCK_S``."""
-    first = max(_one_stream(one_chain, 2), 1e-6)  # warms both; the block sizes follow from it
+    first = max(seconds_per_frame(one_chain, 2), 1e-6)  # warms both; the block sizes follow from it
     two_frames(two_chain, 1)
     frames = max(1, math.ceil(MIN_BLOCK_S / first))
     samples: dict[str, list[float]] = {"one": [], "two": []}
     for _ in range(ROUNDS):
-        samples["one"].append(_one_stream(one_chain, frames))
+        samples["one"].append(seconds_per_frame(one_chain, frames))
         samples["two"].append(two_frames(two_chain, max(2, frames // 2)))
     return reduce(samples["one"]), reduce(samples["two"])

@@ -90,12 +90,13 @@ def _folded(models: Mapping[str, CnnModel]) -> dict[str, CnnModel]:
 
 
 def refuse_below_weights(models: Mapping[str, CnnModel], memory_limit: int | None) -> None:
-    """Raise ``InputError`` where ``memory_limit`` is below the weights of ``models`` (folded) alone: every band
-    configuration holds every weight (a ``Point``'s parameters are the same for all), so no search can reach such
-    a limit, and saying so before any cost is measured or configuration evaluated saves the whole search."""
+    """Raise ``InputError`` where ``memory_limit`` is below the weights of ``models`` (folded, as the search holds
+    them) alone: every band configuration holds every weight (a ``Point``'s parameters are the same for all), so
+    no search can reach such a limit, and saying so before any cost is measured or configuration evaluated saves
+    the whole search."""
     if memory_limit is None:
         return
-    weights = params_bytes(_folded(models).values())
+    weights = params_bytes(models.values())
     if weights > memory_limit:
         raise InputError(f"memory limit {_mb(memory_limit)} is below the smallest memory reachable: the weights "
                          f"alone take {_mb(weights)} ({weights} bytes), which every band configuration holds",
