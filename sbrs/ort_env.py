@@ -49,6 +49,11 @@ GPU_PROVIDERS: tuple[str, ...] = ("CUDAExecutionProvider", "TensorrtExecutionPro
 ACCEPTED_PROVIDERS: tuple[str, ...] = (CPU_PROVIDER, *GPU_PROVIDERS)
 #: ``runtime.threads_scope``: each session its own threads (default), or ONNX Runtime's process-wide pool.
 THREAD_SCOPES: tuple[str, ...] = ("session", "process")
+#: How long a session with ONNX Runtime's default options keeps its intra-op threads spinning after a call returns,
+#: with margin: on this machine (onnxruntime 1.32, 2 cores) frames of one-thread sessions on two threads started
+#: within 20-30 ms of such a call ran at one thread's speed (ShuffleNetV2 int8: 0.85-0.89 ms a frame, then 0.49-0.52
+#: once the pool slept). A benchmark that times another side after a default session's block waits this long.
+DEFAULT_SPIN_SETTLE_S = 0.05
 #: ``session.intra_op.spin_duration_us`` of a warm session's threads (module docstring). On this machine
 #: (onnxruntime 1.32) 10 kept a pool spinning some 30-60 µs of CPU after a call, 20 some 0.2-0.4 ms.
 WARM_SPIN_US = 10

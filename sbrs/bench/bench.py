@@ -7,7 +7,9 @@ user would at its best settings, each measured: a session with ONNX Runtime's de
 threads on every core), and two frames at once on two threads sharing one session of one intra-op thread each
 (``session.run`` with a feed dict). They run alternate blocks of ``frames`` frames (more where that is shorter
 than ``MIN_BLOCK_S``), ``repeats`` times; each fps is the median over its blocks, ``ort_fps`` the better of the
-two plain settings and ``ratio`` = sbrs fps / ``ort_fps``.
+two plain settings and ``ratio`` = sbrs fps / ``ort_fps``. Each block starts ``DEFAULT_SPIN_SETTLE_S`` after the
+one before: the default session's threads spin on after its block, and two frames at once timed in that moment ran
+at one thread's speed (``sbrs.ort_env``).
 
 Device memory (``sbrs.bench.device_memory``): ``sbrs run``, ``sbrs.runtime_for(app.yaml)`` and plain ONNX
 Runtime in fresh processes, every scenario run, PSS and RSS read from outside above a bare interpreter, with the
@@ -30,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from sbrs.errors import InputError, SbrsRuntimeError
+from sbrs.ort_env import DEFAULT_SPIN_SETTLE_S
 from sbrs.runtime.open import runtime_for
 
 WARMUP_FRAMES = 3
@@ -60,6 +63,7 @@ WARM_UP_S = 0.3
 
 def _warmed(measure: Callable[[], float]) -> float:
     """Run ``measure`` for at least ``WARM_UP_S``; its last fps."""
+    time.sleep(DEFAULT_SPIN_SETTLE_S)
     end = time.perf_counter() + WARM_UP_S
     fps = measure()
     while time.perf_counter() < end:
@@ -134,6 +138,7 @@ def measure_throughput(app_path: str, *, frames: int, repeats: int, granularity:
                 sides = _sides(runtime, default, single, feed, block)
             for _ in range(repeats):
                 for side, measure in sides.items():
+                    time.sleep(DEFAULT_SPIN_SETTLE_S)  # the default session's threads spin on after its block
                     samples[side].append(measure())
             del default, single
             fps = {side: statistics.median(values) for side, values in samples.items()}

@@ -9,10 +9,17 @@ threads on this 2-core machine), and loses nothing where they parallelise well o
 the second core as busy as the pool did (ResNet-18: it does not). A switch on two streams waits for a free
 stream, without SBRS-TP's overlap, and its new frame runs on one thread.
 
-The build times each scenario's frame both ways on the build's own unit files, with the machinery of the unit
-threads (interleaved blocks, medians of ``ROUNDS``; the units called in order on random inputs of their shapes;
-two streams with the runtime's hand-offs, ``_two_streams``; plain ONNX Runtime's two frames at once as ``sbrs bench``
-runs them, ``_two_at_once``), and ``choose_streams`` decides on those figures:
+The build times each scenario's frame both ways on the build's own unit files (interleaved blocks after an untimed
+warm-up, the best of ``ROUNDS``; the units called in order on random inputs of their shapes; two streams with the
+runtime's hand-offs, ``_two_streams``; plain ONNX Runtime's two frames at once as ``sbrs bench`` runs them,
+``_two_at_once``), and ``choose_streams`` decides on those figures. The best block, not the median: on this 2-core
+virtual machine a block of one stream ran 1.5-2x its usual time now and then (the scheduler placing the pool's
+second thread beside the first for tens of ms), and the median of seven such blocks gave drone's ResNet-18
+scenarios a gain of 1.3-2.0 on two streams that ``sbrs bench`` did not find (0.91-1.04 of plain ONNX Runtime on one
+stream). Each block of one stream follows one untimed frame (the first after a block of two paid its pool's
+wake-up), and plain ONNX Runtime's two frames start ``DEFAULT_SPIN_SETTLE_S`` after its threaded session's block,
+whose threads spin on for some 30 ms and took a core from them (ShuffleNetV2 int8: a gain of 0.99 measured where
+plain two frames run 1.7x its threads).
 
     two streams when they give at least ``MIN_GAIN`` (10 %) more frames per second over the app's scenarios
     (geometric mean), on frames of under ``CHECKED_FRAME_S`` (1 ms) on one thread only where plain ONNX Runtime's
@@ -37,7 +44,8 @@ import math
 import statistics
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -59,8 +67,11 @@ LARGE_GAIN = 1.25
 MAX_LONG_FRAME_S = 0.05
 #: Interleaved rounds per scenario, and the shortest timed block (seconds); blocks of two streams hold at least
 #: two frames per stream.
-ROUNDS = 7
+ROUNDS = 5
 MIN_BLOCK_S = 0.03
+#: Each side runs untimed for this long (seconds) before the blocks: ONNX Runtime plans a session's memory on its
+#: first calls (drone's ResNet-18 units: the first 5-10 frames 1.5-2x the later ones on this machine).
+WARM_S = 0.05
 
 @dataclass(frozen=True)
 class ScenarioStreams:
@@ -195,7 +206,8 @@ def _two_streams(chain: Sequence[tuple[Any, dict[str, np.ndarray]]], frames: int
     them (``sbrs.runtime.streams``): each worker takes the next frame under a shared lock, runs it (the sessions
     shared; ONNX Runtime releases the GIL inside a call) and hands it over a queue to this thread, which takes
     every frame in turn. The hand-offs are what two streams pay per frame beside the calls: on frames of 0.1-0.3
-    ms (tiny, pamap2) bare calls on two threads ran 1.5x one stream where the runtime's streams gained nothing."""
+    ms (tiny, pamap2) bare calls on two threads ran 1.5x one stream where the runtime's streams gained nothing.
+    The workers are started before the clock (``_started``): the runtime's streams are started once."""
     from queue import SimpleQueue
 
     total = 2 * frames
@@ -213,15 +225,10 @@ def _two_streams(chain: Sequence[tuple[Any, dict[str, np.ndarray]]], frames: int
                 session.run(None, feed)
             done.put(1)
 
-    workers = [threading.Thread(target=work, name=f"sbrs-build-stream-{i}") for i in range(2)]
-    start = time.perf_counter()
-    for worker in workers:
-        worker.start()
-    for _ in range(total):
-        done.get()
-    seconds = time.perf_counter() - start
-    for worker in workers:
-        worker.join()
+    with _started([work, work], "sbrs-build-stream") as start:
+        for _ in range(total):
+            done.get()
+        seconds = time.perf_counter() - start
     return seconds / total
 
 
@@ -230,12 +237,33 @@ def _two_at_once(chain: Sequence[tuple[Any, dict[str, np.ndarray]]], frames: int
     hand-offs: plain ONNX Runtime's "two frames at once" as ``sbrs bench`` runs it, the setting a user would pick.
     (Timed with the runtime's hand-offs instead, ``_two_streams``, MobileNetV3-Small's own model at 64x64 measured
     0.92x its intra-op threads where plain two frames ran 1.47x, and the check below kept it on one stream.)"""
-    worker = threading.Thread(target=_frames, args=(chain, frames), name="sbrs-build-plain-frames")
-    start = time.perf_counter()
-    worker.start()
-    _frames(chain, frames)
-    worker.join()
+    with _started([lambda: _frames(chain, frames)], "sbrs-build-plain-frames") as start:
+        _frames(chain, frames)
     return (time.perf_counter() - start) / (2 * frames)
+
+
+@contextmanager
+def _started(works: Sequence[Callable[[], None]], name: str) -> Iterator[float]:
+    """Threads running ``works``, each started and waiting, all let go at once with this thread: yields the
+    moment they went (``time.perf_counter``), and joins them on leaving. A thread's start (some 0.1 ms) is not a
+    frame's cost: the runtime's streams start once."""
+    gate = threading.Barrier(len(works) + 1)
+
+    def gated(work: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            gate.wait()
+            work()
+        return run
+
+    threads = [threading.Thread(target=gated(work), name=f"{name}-{i}") for i, work in enumerate(works)]
+    for thread in threads:
+        thread.start()
+    gate.wait()
+    try:
+        yield time.perf_counter()
+    finally:
+        for thread in threads:
+            thread.join()
 
 
 def measure_streams(paths: Mapping[str, str], sequences: Mapping[str, Sequence[str]], providers: tuple[str, ...],
@@ -243,12 +271,12 @@ def measure_streams(paths: Mapping[str, str], sequences: Mapping[str, Sequence[s
                     plain: Mapping[str, str] | None = None) -> dict[str, ScenarioStreams]:
     """Each scenario of ``sequences`` (its unit ids in order; ``paths``: unit id → model file) timed one frame at
     a time on sessions of ``threads(unit)`` threads (the units in ``warm`` kept warm) and two frames at once on
-    one-thread sessions: medians of ``ROUNDS`` interleaved blocks. Where the scenarios' frames are short
-    (``CHECKED_FRAME_S``) the scenarios' own model files in ``plain`` (scenario → file) are timed too, in plain
-    ONNX Runtime sessions: with its default options (intra-op threads on every core), and two frames at once on
-    one-thread sessions."""
+    one-thread sessions: the best of ``ROUNDS`` interleaved blocks (module docstring). Where the scenarios' frames
+    are short (``CHECKED_FRAME_S``) the scenarios' own model files in ``plain`` (scenario → file) are timed too, in
+    plain ONNX Runtime sessions: with its default options (intra-op threads on every core), and two frames at once
+    on one-thread sessions."""
     from sbrs.compile.unit_threads import numpy_type, random_feed
-    from sbrs.ort_env import create_session
+    from sbrs.ort_env import DEFAULT_SPIN_SETTLE_S, create_session
 
     rng = np.random.default_rng(0)
     pools: dict[str, Any] = {}
@@ -263,7 +291,7 @@ def measure_streams(paths: Mapping[str, str], sequences: Mapping[str, Sequence[s
                 singles[unit] = create_session(paths[unit], providers, threads=1, optimized=optimized)
                 feeds[unit] = random_feed(pools[unit], rng)
         one_s, two_s = _interleaved([(pools[u], feeds[u]) for u in units], [(singles[u], feeds[u]) for u in units],
-                                    statistics.median)
+                                    min)
         figures[scenario] = ScenarioStreams(one_s, two_s)
     if plain and max(f.one_thread_frame_s for f in figures.values()) < CHECKED_FRAME_S:
         import onnxruntime as ort
@@ -275,8 +303,8 @@ def measure_streams(paths: Mapping[str, str], sequences: Mapping[str, Sequence[s
             single = ort.InferenceSession(path, one_thread, providers=list(providers))
             feed = {i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(
                 numpy_type(i.type)) for i in threaded.get_inputs()}
-            threads_s, two_s = _interleaved([(threaded, feed)], [(single, feed)], statistics.median,
-                                            two_frames=_two_at_once)
+            threads_s, two_s = _interleaved([(threaded, feed)], [(single, feed)], min,
+                                            two_frames=_two_at_once, settle=DEFAULT_SPIN_SETTLE_S)
             figures[scenario] = replace(figures[scenario], plain_threads_s=threads_s, plain_two_s=two_s)
     return figures
 
@@ -285,15 +313,28 @@ def _interleaved(one_chain: Sequence[tuple[Any, dict[str, np.ndarray]]],
                  two_chain: Sequence[tuple[Any, dict[str, np.ndarray]]],
                  reduce: Callable[[list[float]], float],
                  two_frames: Callable[[Sequence[tuple[Any, dict[str, np.ndarray]]], int], float] = _two_streams,
-                 ) -> tuple[float, float]:
+                 settle: float = 0.0) -> tuple[float, float]:
     """Seconds per frame of ``one_chain`` one frame at a time and of ``two_chain`` two at once (``two_frames``: as
     the runtime's streams run them, or plain ONNX Runtime's ``_two_at_once``): ``reduce`` of ``ROUNDS`` interleaved
-    blocks of at least ``MIN_BLOCK_S``."""
-    first = max(seconds_per_frame(one_chain, 2), 1e-6)  # warms both; the block sizes follow from it
-    two_frames(two_chain, 1)
-    frames = max(1, math.ceil(MIN_BLOCK_S / first))
+    blocks of at least ``MIN_BLOCK_S``, those of two after a pause of ``settle`` seconds (``DEFAULT_SPIN_SETTLE_S``
+    where ``one_chain`` is a session of ONNX Runtime's default options, whose threads spin on after its block)."""
+    _warm(lambda: seconds_per_frame(one_chain, 1))  # the sessions' first calls plan their memory
+    frames = max(1, math.ceil(MIN_BLOCK_S / max(seconds_per_frame(one_chain, 2), 1e-6)))
+    time.sleep(settle)
+    _warm(lambda: two_frames(two_chain, 1))
     samples: dict[str, list[float]] = {"one": [], "two": []}
     for _ in range(ROUNDS):
+        _frames(one_chain, 1)  # lead-in: the first frame after the other side's block pays its pools' wake-up
         samples["one"].append(seconds_per_frame(one_chain, frames))
+        time.sleep(settle)
         samples["two"].append(two_frames(two_chain, max(2, frames // 2)))
     return reduce(samples["one"]), reduce(samples["two"])
+
+
+def _warm(frame: Callable[[], object]) -> None:
+    """Run ``frame`` untimed until ``WARM_S`` have passed, at least twice."""
+    end = time.perf_counter() + WARM_S
+    frame()
+    frame()
+    while time.perf_counter() < end:
+        frame()
