@@ -25,8 +25,10 @@ plain two frames run 1.7x its threads).
     (geometric mean), on frames of under ``CHECKED_FRAME_S`` (1 ms) on one thread only where plain ONNX Runtime's
     two frames at once also beat its intra-op threads on the scenarios' own models by that much (there the
     runtime's hand-offs of a frame between three threads cost about as much as the frame, which the units'
-    measurement does not see), and a switch on them costs little: every scenario's frame on one thread takes at
-    most
+    measurement does not see) and only where two streams give ``LARGE_GAIN`` there (tiny: 1.12x measured, where
+    ``sbrs bench`` found 0.76-0.93 of plain ONNX Runtime's best on two streams against 0.78-0.87 on one, and a
+    switch waited 0.12 ms longer than plain ONNX Runtime's for a free stream), and a switch on them costs little:
+    every scenario's frame on one thread takes at most
     ``MAX_SHORT_FRAME_S`` (5 ms: the new frame's wait for a free stream plus its one-thread run add less than
     such a frame), or, on frames of at most ``MAX_LONG_FRAME_S`` (50 ms) on one thread, the gain is large
     (``LARGE_GAIN``, 1.25: one stream would then run at most 0.8 of what plain ONNX Runtime's two frames at
@@ -172,6 +174,9 @@ def choose_streams(figures: Mapping[str, ScenarioStreams], load: float | None = 
         streams, reason = 1, (f"{said}, but on frames of at most {longest * 1e3:.2f} ms on one thread plain ONNX "
                               f"Runtime's two frames at once ran {plain_gain or 0:.2f}x its threads, under "
                               f"{MIN_GAIN:.2f}x: one stream (the streams' hand-offs cost about a frame)")
+    elif longest < CHECKED_FRAME_S and gain < LARGE_GAIN:
+        streams, reason = 1, (f"{said}, under {LARGE_GAIN:.2f}x on frames of at most {longest * 1e3:.2f} ms on one "
+                              "thread: one stream (the streams' hand-offs take more of such frames than measured)")
     elif longest <= MAX_SHORT_FRAME_S:
         streams, reason = 2, (f"{said}, on frames of at most {longest * 1e3:.2f} ms on one thread: a switch waiting "
                               "for a free stream costs less than such a frame")

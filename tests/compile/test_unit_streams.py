@@ -54,6 +54,9 @@ def test_the_shortest_frames_take_two_streams_only_where_plain_onnx_runtime_gain
         choice = choose_streams(figures(tiny_s, 1.5, plain_gain=plain_gain))
         assert choice.streams == 1 and "hand-offs" in choice.reason
     assert choose_streams(figures(tiny_s, 1.5, plain_gain=MIN_GAIN + 0.2)).streams == 2
+    # ... and where two streams win big: on such frames the hand-offs take more than the measurement shows
+    modest = choose_streams(figures(tiny_s, (MIN_GAIN + LARGE_GAIN) / 2, plain_gain=MIN_GAIN + 0.2))
+    assert modest.streams == 1 and "hand-offs" in modest.reason
     # frames of 1 ms and more on one thread are decided on sbrs' own figures alone
     assert choose_streams(figures(SHORT_S, 1.5, plain_gain=0.8)).streams == 2
 
