@@ -288,7 +288,8 @@ def measure_streams(paths: Mapping[str, str], sequences: Mapping[str, Sequence[s
     singles: dict[str, Any] = {}
     feeds: dict[str, dict[str, np.ndarray]] = {}
     figures: dict[str, ScenarioStreams] = {}
-    for scenario, units in sequences.items():
+    order = list(sequences.items())
+    for index, (scenario, units) in enumerate(order):
         for unit in units:
             if unit not in pools:
                 pools[unit] = create_session(paths[unit], providers, threads=threads(unit), optimized=optimized,
@@ -298,6 +299,9 @@ def measure_streams(paths: Mapping[str, str], sequences: Mapping[str, Sequence[s
         one_s, two_s = _interleaved([(pools[u], feeds[u]) for u in units], [(singles[u], feeds[u]) for u in units],
                                     min)
         figures[scenario] = ScenarioStreams(one_s, two_s)
+        needed = {unit for _, later in order[index + 1:] for unit in later}
+        for unit in [unit for unit in pools if unit not in needed]:  # a session per unit held at once: 2.8 GB
+            del pools[unit], singles[unit], feeds[unit]                # at 60 scenarios (benchmarks/scale.py)
     if plain and max(f.one_thread_frame_s for f in figures.values()) < CHECKED_FRAME_S:
         import onnxruntime as ort
 
