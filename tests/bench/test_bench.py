@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -140,3 +142,35 @@ def test_probes_tell_modules_compiled_from_source(monkeypatch: pytest.MonkeyPatc
         module.__cached__ = str(path)  # type: ignore[attr-defined]
         monkeypatch.setitem(sys.modules, name, module)
     assert stages.compiled_here("fakepkg") == ["fakepkg.b"]
+
+
+def test_each_timed_block_starts_after_the_default_sessions_threads_stopped_spinning(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """ONNX Runtime's default session spins its threads some 30 ms after a call: plain two frames at once timed in
+    that moment ran at one thread's speed and made plain ONNX Runtime's better setting look slower than it is.
+    Every timed block starts at least ``DEFAULT_SPIN_SETTLE_S`` after the block before it ended."""
+    import time
+
+    from sbrs.bench import bench
+    from sbrs.ort_env import DEFAULT_SPIN_SETTLE_S
+
+    blocks: list[tuple[str, float, float]] = []
+    real_sides = bench._sides
+
+    def sides(*args: object) -> dict[str, object]:
+        def timed(name: str, measure: Callable[[], float]) -> Callable[[], float]:
+            def run() -> float:
+                start = time.perf_counter()
+                fps = measure()
+                blocks.append((name, start, time.perf_counter()))
+                return fps
+            return run
+        return {name: timed(name, measure) for name, measure in real_sides(*args).items()}
+
+    monkeypatch.setattr(bench, "_sides", sides)
+    monkeypatch.setattr(bench, "WARM_UP_S", 0.0)
+    bench.measure_throughput(TINY, frames=2, repeats=2, granularity=None)
+    assert {name for name, _, _ in blocks} == {"sbrs", "ort_threads", "ort_two_frames"}
+    assert len(blocks) == 3 * 3 * (1 + 2)  # scenarios x sides x (the warm-up's block and two repeats)
+    for (_, _, ended), (_, started, _) in itertools.pairwise(blocks):
+        assert started - ended >= DEFAULT_SPIN_SETTLE_S
