@@ -288,20 +288,19 @@ def measure_streams(paths: Mapping[str, str], sequences: Mapping[str, Sequence[s
     singles: dict[str, Any] = {}
     feeds: dict[str, dict[str, np.ndarray]] = {}
     figures: dict[str, ScenarioStreams] = {}
-    order = list(sequences.items())
-    for index, (scenario, units) in enumerate(order):
+    last_use = {unit: index for index, units in enumerate(sequences.values()) for unit in units}
+    for index, (scenario, units) in enumerate(sequences.items()):
         for unit in units:
             if unit not in pools:
                 pools[unit] = create_session(paths[unit], providers, threads=threads(unit), optimized=optimized,
                                              warm=unit in warm)
                 singles[unit] = create_session(paths[unit], providers, threads=1, optimized=optimized)
                 feeds[unit] = random_feed(pools[unit], rng)
-        one_s, two_s = _interleaved([(pools[u], feeds[u]) for u in units], [(singles[u], feeds[u]) for u in units],
-                                    min)
+        one_s, two_s = _interleaved([(pools[u], feeds[u]) for u in units], [(singles[u], feeds[u]) for u in units])
         figures[scenario] = ScenarioStreams(one_s, two_s)
-        needed = {unit for _, later in order[index + 1:] for unit in later}
-        for unit in [unit for unit in pools if unit not in needed]:  # a session per unit held at once: 2.8 GB
-            del pools[unit], singles[unit], feeds[unit]                # at 60 scenarios (benchmarks/scale.py)
+        # sessions no later scenario runs go now: every unit's held at once took 60 scenarios' build to 2.8 GB
+        for unit in {unit for unit in units if last_use[unit] == index}:
+            del pools[unit], singles[unit], feeds[unit]
     if plain and max(f.one_thread_frame_s for f in figures.values()) < CHECKED_FRAME_S:
         import onnxruntime as ort
 
@@ -312,19 +311,18 @@ def measure_streams(paths: Mapping[str, str], sequences: Mapping[str, Sequence[s
             single = ort.InferenceSession(path, one_thread, providers=list(providers))
             feed = {i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(
                 numpy_type(i.type)) for i in threaded.get_inputs()}
-            threads_s, two_s = _interleaved([(threaded, feed)], [(single, feed)], min,
-                                            two_frames=_two_at_once, settle=DEFAULT_SPIN_SETTLE_S)
+            threads_s, two_s = _interleaved([(threaded, feed)], [(single, feed)], two_frames=_two_at_once,
+                                            settle=DEFAULT_SPIN_SETTLE_S)
             figures[scenario] = replace(figures[scenario], plain_threads_s=threads_s, plain_two_s=two_s)
     return figures
 
 
 def _interleaved(one_chain: Sequence[tuple[Any, dict[str, np.ndarray]]],
                  two_chain: Sequence[tuple[Any, dict[str, np.ndarray]]],
-                 reduce: Callable[[list[float]], float],
                  two_frames: Callable[[Sequence[tuple[Any, dict[str, np.ndarray]]], int], float] = _two_streams,
                  settle: float = 0.0) -> tuple[float, float]:
     """Seconds per frame of ``one_chain`` one frame at a time and of ``two_chain`` two at once (``two_frames``: as
-    the runtime's streams run them, or plain ONNX Runtime's ``_two_at_once``): ``reduce`` of ``ROUNDS`` interleaved
+    the runtime's streams run them, or plain ONNX Runtime's ``_two_at_once``): the best of ``ROUNDS`` interleaved
     blocks of at least ``MIN_BLOCK_S``, those of two after a pause of ``settle`` seconds (``DEFAULT_SPIN_SETTLE_S``
     where ``one_chain`` is a session of ONNX Runtime's default options, whose threads spin on after its block)."""
     _warm(lambda: seconds_per_frame(one_chain, 1))  # the sessions' first calls plan their memory
@@ -337,7 +335,7 @@ def _interleaved(one_chain: Sequence[tuple[Any, dict[str, np.ndarray]]],
         samples["one"].append(seconds_per_frame(one_chain, frames))
         time.sleep(settle)
         samples["two"].append(two_frames(two_chain, max(2, frames // 2)))
-    return reduce(samples["one"]), reduce(samples["two"])
+    return min(samples["one"]), min(samples["two"])
 
 
 def _warm(frame: Callable[[], object]) -> None:

@@ -184,7 +184,6 @@ def test_each_timed_block_of_one_stream_starts_after_an_untimed_frame(monkeypatc
     """The first frame of one stream after a block of two pays its pools' wake-up (drone on this machine: 13 ms
     against 22); blocks of two or three frames timed with it made one stream look 1.3-2x slower than it runs,
     and drone took two streams. Each timed block of one stream now follows one untimed frame of it."""
-    import statistics
     import time
 
     from sbrs.compile import unit_streams
@@ -207,7 +206,7 @@ def test_each_timed_block_of_one_stream_starts_after_an_untimed_frame(monkeypatc
 
     monkeypatch.setattr(unit_streams, "seconds_per_frame", timed)
     monkeypatch.setattr(unit_streams, "WARM_S", 0.0)
-    unit_streams._interleaved([(Session("one"), {})], [(Session("two"), {})], statistics.median)
+    unit_streams._interleaved([(Session("one"), {})], [(Session("two"), {})])
     clocks = [i for i, event in enumerate(events) if event == "clock" and "two" in events[:i]]
     assert len(clocks) == unit_streams.ROUNDS
     for i in clocks:
