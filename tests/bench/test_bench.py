@@ -41,8 +41,12 @@ def test_bench_smoke_reports_every_key(capsys: pytest.CaptureFixture[str], tmp_p
     for name in ("sbrs_run", "python_api", "plain_ort", "plain_ort_trimmed", "plain_ort_active",
                  "plain_ort_active_trimmed", "onnxruntime_code"):
         row = device["summary"][name]
-        # above the same bare interpreter: a process that loaded models holds more; PSS never above RSS
-        assert 0 < row["pss_bytes"] <= row["rss_bytes"] + 1_000_000 and row["peak_rss_bytes"] >= row["rss_bytes"]
+        # above the same bare interpreter: a process that loaded models holds more; PSS never above RSS, peak
+        # never below RSS. Both within 1 MB: each figure is a difference of two processes' counters, and the bare
+        # interpreter's own peak can stand a few pages above its RSS (pages it gave back), which lowers the peak
+        # above it by as much (CI on 89b79d2: peak 16216064 against RSS 16220160, one 4 kB page)
+        assert 0 < row["pss_bytes"] <= row["rss_bytes"] + 1_000_000
+        assert row["peak_rss_bytes"] >= row["rss_bytes"] - 1_000_000
     # ONNX Runtime's code measured in the same run: one small convolution's process, the bound built on it
     code = device["summary"]["onnxruntime_code"]["pss_bytes"]
     assert device["bound_same_run_bytes"] == int(1.1 * plan["plan_bytes"] + code + 3_000_000)
