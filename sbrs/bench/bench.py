@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from sbrs.compile.unit_streams import two_frames_at_once
 from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.ort_env import DEFAULT_SPIN_SETTLE_S
 from sbrs.runtime.open import runtime_for
@@ -87,25 +88,14 @@ def _fps_stream(runtime: Any, frame: np.ndarray, frames: int) -> float:
     return frames / (time.perf_counter() - start)
 
 
-def _fps_two_at_once(run_frame: Callable[[], object], frames: int) -> float:
-    """``frames`` frames, half on this thread and half on another at the same time (ONNX Runtime releases the
-    GIL in a call); frames per second of the two together."""
-    worker = threading.Thread(target=lambda: [run_frame() for _ in range(frames // 2)], name="sbrs-bench-frames")
-    start = time.perf_counter()
-    worker.start()
-    for _ in range(frames - frames // 2):
-        run_frame()
-    worker.join()
-    return frames / (time.perf_counter() - start)
-
-
 def _sides(runtime: Any, default: Any, single: Any, feed: dict[str, np.ndarray],
            frames: int) -> dict[str, Callable[[], float]]:
     """Each way of running one scenario, as a measurement of its fps over ``frames`` frames."""
     frame = next(iter(feed.values()))
     return {"sbrs": lambda: _fps_stream(runtime, frame, frames),
             "ort_threads": lambda: _fps(lambda: default.run(None, feed), frames),
-            "ort_two_frames": lambda: _fps_two_at_once(lambda: single.run(None, feed), max(frames, 2))}
+            # half the frames on this thread, half on another, both let go at once: as the build times it
+            "ort_two_frames": lambda: 1 / two_frames_at_once([(single, feed)], max(frames, 2) // 2)}
 
 
 def measure_throughput(app_path: str, *, frames: int, repeats: int, granularity: str | None) -> dict[str, Any]:

@@ -9,8 +9,11 @@ start the new frame after the step in flight (drone: 62.6 against 43.6 ms).
 
 Under ``auto`` the build makes both forms of the app, times each scenario's frame both ways on this machine
 (``measure_session``: the units called in order on random inputs of their shapes, the one graph called with the
-scenario's index; interleaved blocks, medians of ``ROUNDS``; the figures kept per machine and files by
-``sbrs.compile.timing_cache``), and ``choose_session`` decides on those figures:
+scenario's index; ``sbrs.compile.unit_streams.compare_chains``: interleaved blocks, each after an untimed frame, the
+best of each side; the figures kept per machine and files by ``sbrs.compile.timing_cache``). Medians of blocks
+without the untimed frame gave drone's one graph 0.82x the units' frame time (accurate: 11.9 against 19.2 ms)
+where ``sbrs bench`` ran both at 0.88-0.94 of plain ONNX Runtime (2026-11-29).
+``choose_session`` decides on those figures:
 
     units where one graph's frames take more than ``MARGIN`` (1.05) times the units' (geometric mean over the
     scenarios) or any scenario's more than ``WORST_MARGIN`` (1.15) times; one graph where they take at most
@@ -41,7 +44,6 @@ figures).
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -49,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from sbrs.compile.unit_streams import MIN_BLOCK_S, ROUNDS, seconds_per_frame
+from sbrs.compile.unit_streams import compare_chains
 
 #: One graph's frames may take this many times the units' (geometric mean over the scenarios) ...
 MARGIN = 1.05
@@ -166,8 +168,7 @@ def measure_session(unit_paths: Mapping[str, str], sequences: Mapping[str, Seque
                     one_threads: int, *, optimized: bool, warm: frozenset[str]) -> dict[str, ScenarioSession]:
     """Each scenario of ``sequences`` (its unit ids in order; ``unit_paths``: unit id → model file) timed on its
     units (sessions of ``threads(unit)`` threads, those in ``warm`` kept warm) and on the one graph at ``one_path``
-    (a warm session of ``one_threads``, fed the scenario's index of ``indices``): medians of ``ROUNDS`` interleaved
-    blocks of at least ``MIN_BLOCK_S``."""
+    (a warm session of ``one_threads``, fed the scenario's index of ``indices``), as ``compare_chains`` measures."""
     from sbrs.compile.unit_threads import random_feed
     from sbrs.ort_env import create_session
 
@@ -186,13 +187,6 @@ def measure_session(unit_paths: Mapping[str, str], sequences: Mapping[str, Seque
                 feeds[unit] = random_feed(sessions[unit], rng)
         chain = [(sessions[u], feeds[u]) for u in units]
         one_chain = [(one, {**frame, "scenario": np.array(indices[scenario], dtype=np.int64)})]
-        first = max(seconds_per_frame(chain, 2), 1e-6)  # warms both; the block size follows from it
-        seconds_per_frame(one_chain, 2)
-        frames = max(1, math.ceil(MIN_BLOCK_S / first))
-        samples: dict[str, list[float]] = {"units": [], "one": []}
-        for _ in range(ROUNDS):
-            samples["units"].append(seconds_per_frame(chain, frames))
-            samples["one"].append(seconds_per_frame(one_chain, frames))
-        figures[scenario] = ScenarioSession(statistics.median(samples["units"]), statistics.median(samples["one"]),
-                                            len(units))
+        units_s, one_s = compare_chains(chain, one_chain)
+        figures[scenario] = ScenarioSession(units_s, one_s, len(units))
     return figures

@@ -12,7 +12,7 @@ stream, without SBRS-TP's overlap, and its new frame runs on one thread.
 The build times each scenario's frame both ways on the build's own unit files (interleaved blocks after an untimed
 warm-up, the best of ``ROUNDS``; the units called in order on random inputs of their shapes; two streams with the
 runtime's hand-offs, ``_two_streams``; plain ONNX Runtime's two frames at once as ``sbrs bench`` runs them,
-``_two_at_once``), and ``choose_streams`` decides on those figures. The best block, not the median: on this 2-core
+``two_frames_at_once``), and ``choose_streams`` decides on those figures. The best block, not the median: on this 2-core
 virtual machine a block of one stream ran 1.5-2x its usual time now and then (the scheduler placing the pool's
 second thread beside the first for tens of ms), and the median of seven such blocks gave drone's ResNet-18
 scenarios a gain of 1.3-2.0 on two streams that ``sbrs bench`` did not find (0.91-1.04 of plain ONNX Runtime on one
@@ -237,12 +237,12 @@ def _two_streams(chain: Sequence[tuple[Any, dict[str, np.ndarray]]], frames: int
     return seconds / total
 
 
-def _two_at_once(chain: Sequence[tuple[Any, dict[str, np.ndarray]]], frames: int) -> float:
+def two_frames_at_once(chain: Sequence[tuple[Any, dict[str, np.ndarray]]], frames: int) -> float:
     """Seconds per frame with ``2 * frames`` frames, half on this thread and half on another at the same time, no
-    hand-offs: plain ONNX Runtime's "two frames at once" as ``sbrs bench`` runs it, the setting a user would pick.
+    hand-offs: plain ONNX Runtime's "two frames at once", the setting a user would pick (``sbrs bench`` times it too).
     (Timed with the runtime's hand-offs instead, ``_two_streams``, MobileNetV3-Small's own model at 64x64 measured
     0.92x its intra-op threads where plain two frames ran 1.47x, and the check below kept it on one stream.)"""
-    with _started([lambda: _frames(chain, frames)], "sbrs-build-plain-frames") as start:
+    with _started([lambda: _frames(chain, frames)], "sbrs-plain-two-frames") as start:
         _frames(chain, frames)
     return (time.perf_counter() - start) / (2 * frames)
 
@@ -311,7 +311,7 @@ def measure_streams(paths: Mapping[str, str], sequences: Mapping[str, Sequence[s
             single = ort.InferenceSession(path, one_thread, providers=list(providers))
             feed = {i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(
                 numpy_type(i.type)) for i in threaded.get_inputs()}
-            threads_s, two_s = _interleaved([(threaded, feed)], [(single, feed)], two_frames=_two_at_once,
+            threads_s, two_s = _interleaved([(threaded, feed)], [(single, feed)], two_frames=two_frames_at_once,
                                             settle=DEFAULT_SPIN_SETTLE_S)
             figures[scenario] = replace(figures[scenario], plain_threads_s=threads_s, plain_two_s=two_s)
     return figures
@@ -322,20 +322,43 @@ def _interleaved(one_chain: Sequence[tuple[Any, dict[str, np.ndarray]]],
                  two_frames: Callable[[Sequence[tuple[Any, dict[str, np.ndarray]]], int], float] = _two_streams,
                  settle: float = 0.0) -> tuple[float, float]:
     """Seconds per frame of ``one_chain`` one frame at a time and of ``two_chain`` two at once (``two_frames``: as
-    the runtime's streams run them, or plain ONNX Runtime's ``_two_at_once``): the best of ``ROUNDS`` interleaved
+    the runtime's streams run them, or plain ONNX Runtime's ``two_frames_at_once``): the best of ``ROUNDS`` interleaved
     blocks of at least ``MIN_BLOCK_S``, those of two after a pause of ``settle`` seconds (``DEFAULT_SPIN_SETTLE_S``
     where ``one_chain`` is a session of ONNX Runtime's default options, whose threads spin on after its block)."""
     _warm(lambda: seconds_per_frame(one_chain, 1))  # the sessions' first calls plan their memory
     frames = max(1, math.ceil(MIN_BLOCK_S / max(seconds_per_frame(one_chain, 2), 1e-6)))
     time.sleep(settle)
     _warm(lambda: two_frames(two_chain, 1))
-    samples: dict[str, list[float]] = {"one": [], "two": []}
+    one_s, two_s = _best_blocks([
+        # lead-in: the first frame after the other side's block pays its pools' wake-up
+        (lambda: _frames(one_chain, 1), lambda: seconds_per_frame(one_chain, frames)),
+        (lambda: time.sleep(settle), lambda: two_frames(two_chain, max(2, frames // 2)))])
+    return one_s, two_s
+
+
+def compare_chains(first: Sequence[tuple[Any, dict[str, np.ndarray]]],
+                   second: Sequence[tuple[Any, dict[str, np.ndarray]]]) -> tuple[float, float]:
+    """Seconds per frame of two chains (sessions and their feeds, called in order), each run one frame at a time,
+    measured as the streams are: each warmed for ``WARM_S``, then the best of ``ROUNDS`` interleaved blocks of at
+    least ``MIN_BLOCK_S`` (the block's frames counted on ``first``), each block after one untimed frame of its own
+    chain (``sbrs.compile.session_choice`` times the units against the one graph with it)."""
+    _warm(lambda: seconds_per_frame(first, 1))
+    _warm(lambda: seconds_per_frame(second, 1))
+    frames = max(1, math.ceil(MIN_BLOCK_S / max(seconds_per_frame(first, 2), 1e-6)))
+    first_s, second_s = _best_blocks([(lambda: _frames(first, 1), lambda: seconds_per_frame(first, frames)),
+                                      (lambda: _frames(second, 1), lambda: seconds_per_frame(second, frames))])
+    return first_s, second_s
+
+
+def _best_blocks(sides: Sequence[tuple[Callable[[], object], Callable[[], float]]]) -> list[float]:
+    """Each side's untimed lead-in then its timed block (seconds per frame), the sides in turn, ``ROUNDS`` times:
+    the best block of each side (module docstring: a block now and then runs at half speed on this machine)."""
+    samples: list[list[float]] = [[] for _ in sides]
     for _ in range(ROUNDS):
-        _frames(one_chain, 1)  # lead-in: the first frame after the other side's block pays its pools' wake-up
-        samples["one"].append(seconds_per_frame(one_chain, frames))
-        time.sleep(settle)
-        samples["two"].append(two_frames(two_chain, max(2, frames // 2)))
-    return min(samples["one"]), min(samples["two"])
+        for sample, (lead_in, block) in zip(samples, sides, strict=True):
+            lead_in()
+            sample.append(block())
+    return [min(sample) for sample in samples]
 
 
 def _warm(frame: Callable[[], object]) -> None:

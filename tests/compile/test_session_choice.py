@@ -70,3 +70,54 @@ def test_named_and_forced_choices_say_why_without_figures() -> None:
     assert (forced.session, forced.asked, forced.figures) == ("units", "auto", None)
     assert forced.reason == "on_switch: resume needs a shared step: units, not measured"
     assert "runs as execution units" in forced.describe() and "runtime.session: auto" in forced.describe()
+
+
+def test_units_and_one_graph_are_timed_after_an_untimed_frame_each_and_the_best_blocks_count(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first frame after the other form's block pays its pools' wake-up, and a block now and then runs at half
+    speed: timed as medians without an untimed frame, drone's one graph measured 0.82x the units' frame time where
+    ``sbrs bench`` ran both as fast. Each timed block of either form follows one untimed frame of the same form,
+    and each form's figure is its best block."""
+    from sbrs.compile import unit_streams
+
+    events: list[str] = []
+
+    class Session:
+        def __init__(self, form: str) -> None:
+            self.form = form
+
+        def run(self, outputs: object, feed: object) -> None:
+            events.append(self.form)
+
+    blocks = {"units": [3.0, 1.0, 2.0, 1.5, 4.0], "one": [1.2, 0.9, 5.0, 1.1, 0.95]}  # seconds per frame
+    timed_blocks = {"units": 0, "one": 0}
+    real = unit_streams.seconds_per_frame
+
+    def timed(chain: list[tuple[Session, dict[str, object]]], frames: int) -> float:
+        real(chain, frames)
+        if frames == 1:
+            return 0.001  # warming up
+        if frames == 2:
+            return 0.01  # sizing the blocks: MIN_BLOCK_S (0.03) / 0.01 = 3 frames each
+        assert frames == 3
+        form = chain[0][0].form
+        events.insert(len(events) - frames, f"clock-{form}")
+        figure = blocks[form][timed_blocks[form]]
+        timed_blocks[form] += 1
+        return figure
+
+    monkeypatch.setattr(unit_streams, "seconds_per_frame", timed)
+    monkeypatch.setattr(unit_streams, "WARM_S", 0.0)
+    monkeypatch.setattr(unit_streams, "MIN_BLOCK_S", 0.03)
+    units_s, one_s = unit_streams.compare_chains([(Session("units"), {})], [(Session("one"), {})])
+    assert (units_s, one_s) == (1.0, 0.9)  # the best block of each, not the median (2.0, 1.1)
+    assert timed_blocks == {"units": unit_streams.ROUNDS, "one": unit_streams.ROUNDS}
+    clocks = [i for i, event in enumerate(events) if event.startswith("clock-")]
+    assert len(clocks) == 2 * unit_streams.ROUNDS
+    for i in clocks:
+        form = events[i].removeprefix("clock-")
+        other = "one" if form == "units" else "units"
+        assert events[i + 1:i + 4] == [form] * 3  # the timed block
+        assert events[i - 1] == form  # its untimed frame ...
+        if i != clocks[0]:
+            assert events[i - 2] == other  # ... right after the other form's block

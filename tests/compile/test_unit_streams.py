@@ -175,7 +175,7 @@ def test_plain_two_frames_are_timed_as_sbrs_bench_runs_them() -> None:
         def run(self, outputs: object, feed: object) -> None:
             threads.append(threading.get_ident())
 
-    seconds = unit_streams._two_at_once([(Session(), {})], 3)
+    seconds = unit_streams.two_frames_at_once([(Session(), {})], 3)
     assert seconds > 0 and len(threads) == 6
     assert threads.count(threading.get_ident()) == 3 and len(set(threads)) == 2
 
