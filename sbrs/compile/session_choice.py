@@ -168,7 +168,8 @@ def measure_session(unit_paths: Mapping[str, str], sequences: Mapping[str, Seque
                     one_threads: int, *, optimized: bool, warm: frozenset[str]) -> dict[str, ScenarioSession]:
     """Each scenario of ``sequences`` (its unit ids in order; ``unit_paths``: unit id → model file) timed on its
     units (sessions of ``threads(unit)`` threads, those in ``warm`` kept warm) and on the one graph at ``one_path``
-    (a warm session of ``one_threads``, fed the scenario's index of ``indices``), as ``compare_chains`` measures."""
+    (a warm session of ``one_threads``, fed the scenario's index of ``indices``), as ``compare_chains`` measures. A
+    unit's session goes once no later scenario runs it."""
     from sbrs.compile.unit_threads import random_feed
     from sbrs.ort_env import create_session
 
@@ -179,7 +180,8 @@ def measure_session(unit_paths: Mapping[str, str], sequences: Mapping[str, Seque
     sessions: dict[str, Any] = {}
     feeds: dict[str, dict[str, np.ndarray]] = {}
     figures: dict[str, ScenarioSession] = {}
-    for scenario, units in sequences.items():
+    last_use = {unit: index for index, units in enumerate(sequences.values()) for unit in units}
+    for index, (scenario, units) in enumerate(sequences.items()):
         for unit in units:
             if unit not in sessions:
                 sessions[unit] = create_session(unit_paths[unit], providers, threads=threads(unit),
@@ -189,4 +191,7 @@ def measure_session(unit_paths: Mapping[str, str], sequences: Mapping[str, Seque
         one_chain = [(one, {**frame, "scenario": np.array(indices[scenario], dtype=np.int64)})]
         units_s, one_s = compare_chains(chain, one_chain)
         figures[scenario] = ScenarioSession(units_s, one_s, len(units))
+        del chain
+        for unit in {unit for unit in units if last_use[unit] == index}:  # as ``measure_streams`` lets them go
+            del sessions[unit], feeds[unit]
     return figures
