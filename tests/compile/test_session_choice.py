@@ -127,31 +127,10 @@ def test_the_session_measurement_holds_only_the_units_a_later_scenario_needs(mon
     """As the streams' measurement does (``test_unit_streams.py``): a unit's session goes once no later scenario
     runs it, so a build of many scenarios does not hold every unit's session at once; the one graph stays to the
     end."""
-    import time
+    from sbrs.compile import session_choice, unit_streams
+    from tests.compile.tracked_sessions import TrackedSessions
 
-    from sbrs import ort_env
-    from sbrs.compile import session_choice, unit_streams, unit_threads
-
-    alive: dict[int, str] = {}
-    seen: dict[str, set[str]] = {}
-
-    class Session:
-        def __init__(self, path: str) -> None:
-            self.path = path
-            alive[id(self)] = path
-
-        def __del__(self) -> None:
-            alive.pop(id(self), None)
-
-        def get_inputs(self) -> list[object]:
-            return []
-
-        def run(self, outputs: object, feed: object) -> None:
-            seen.setdefault(self.path, set()).update(alive.values())
-            time.sleep(0.0002)
-
-    monkeypatch.setattr(ort_env, "create_session", lambda path, *args, **kwargs: Session(path))
-    monkeypatch.setattr(unit_threads, "random_feed", lambda session, rng: {})
+    sessions = TrackedSessions(monkeypatch)
     monkeypatch.setattr(unit_streams, "WARM_S", 0.0)
     monkeypatch.setattr(unit_streams, "ROUNDS", 2)
     sequences = {"a": ["u1", "u2"], "b": ["u1", "u3"], "c": ["u4"]}
@@ -159,6 +138,6 @@ def test_the_session_measurement_holds_only_the_units_a_later_scenario_needs(mon
                                              {"a": 0, "b": 1, "c": 2}, ("CPUExecutionProvider",), lambda unit: 2, 2,
                                              optimized=False, warm=frozenset())
     assert set(figures) == {"a", "b", "c"} and all(f.units_s > 0 and f.one_s > 0 for f in figures.values())
-    assert seen["u3"] == {"one", "u1", "u3"}  # u2 went when a was measured, u1 stays for b
-    assert seen["u4"] == {"one", "u4"}
-    assert seen["one"] >= {"one", "u4"}
+    assert sessions.seen["u3"] == {"one", "u1", "u3"}  # u2 went when a was measured, u1 stays for b
+    assert sessions.seen["u4"] == {"one", "u4"}
+    assert sessions.seen["one"] >= {"one", "u4"}

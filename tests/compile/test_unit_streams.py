@@ -217,28 +217,10 @@ def test_each_timed_block_of_one_stream_starts_after_an_untimed_frame(monkeypatc
 def test_the_measurement_holds_only_the_sessions_a_later_scenario_needs(monkeypatch: pytest.MonkeyPatch) -> None:
     """Sessions of units no later scenario runs are let go: every unit's two sessions held at once took the build
     of 60 scenarios (``benchmarks/scale.py``) to 2.8 GB."""
-    import time
+    from sbrs.compile import unit_streams
+    from tests.compile.tracked_sessions import TrackedSessions
 
-    from sbrs import ort_env
-    from sbrs.compile import unit_streams, unit_threads
-
-    alive: dict[int, str] = {}
-    seen: dict[str, set[str]] = {}
-
-    class Session:
-        def __init__(self, path: str) -> None:
-            self.path = path
-            alive[id(self)] = path
-
-        def __del__(self) -> None:
-            alive.pop(id(self), None)
-
-        def run(self, outputs: object, feed: object) -> None:
-            seen.setdefault(self.path, set()).update(alive.values())
-            time.sleep(0.0005)
-
-    monkeypatch.setattr(ort_env, "create_session", lambda path, *args, **kwargs: Session(path))
-    monkeypatch.setattr(unit_threads, "random_feed", lambda session, rng: {})
+    sessions = TrackedSessions(monkeypatch)
     monkeypatch.setattr(unit_streams, "WARM_S", 0.0)
     monkeypatch.setattr(unit_streams, "ROUNDS", 2)
     sequences = {"a": ["u1", "u2"], "b": ["u1", "u3"], "c": ["u4"]}
@@ -246,6 +228,6 @@ def test_the_measurement_holds_only_the_sessions_a_later_scenario_needs(monkeypa
                                            ("CPUExecutionProvider",), lambda unit: 2, optimized=False,
                                            warm=frozenset())
     assert set(figures) == {"a", "b", "c"}
-    assert seen["u3"] == {"u1", "u3"}  # u2 went when a was measured, u1 stays for b
-    assert seen["u4"] == {"u4"}
-    assert not alive
+    assert sessions.seen["u3"] == {"u1", "u3"}  # u2 went when a was measured, u1 stays for b
+    assert sessions.seen["u4"] == {"u4"}
+    assert not sessions.alive
