@@ -8,9 +8,10 @@ each on its own stream and worker thread; ONNX Runtime releases the GIL inside a
 calls of several threads at once. Each worker takes the caller's next frame itself when it is free
 (``_Feeder``): a stream never idles while the caller's thread wakes, yields a result and hands it the next
 frame (pamap2's 0.1 ms frames: 0.95-1.28 of plain ONNX Runtime's best on two streams that way, against 0.65-0.85
-when a thread pool was handed each frame). MobileNetV2 1.0@224 at 15.7 MB: 5.9-6.0 ms a frame on two streams against
-10.3-10.9 ms on one (docs/MEASUREMENTS.md). Execution units do the same where the app asks for it
-(``runtime.streams: 2``): their sessions then have one thread each, as plain ONNX Runtime's "two frames at
+when a thread pool was handed each frame, both against a comparator later found low; 0.74-0.96 against the settled
+one on 2026-11-29, docs/MEASUREMENTS.md "The regression guard"). MobileNetV2 1.0@224 at 15.7 MB: 5.9-6.0 ms a
+frame on two streams against 10.3-10.9 ms on one (docs/MEASUREMENTS.md). Execution units do the same where the app
+asks for it (``runtime.streams: 2``): their sessions then have one thread each, as plain ONNX Runtime's "two frames at
 once" has, which beats a two-thread session on models whose layers parallelise poorly (detect, pamap2).
 
 Switching needs no transition room: the frame a request is taken for starts on the stream that is free while
