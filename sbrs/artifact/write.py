@@ -386,7 +386,7 @@ def _chosen_session(app: App, units: Path, one: Path, plan: Any, one_plan: Any, 
     from sbrs.compile.session_choice import ScenarioSession, choose_session, measure_session
     from sbrs.compile.timing_cache import files_digest, is_busy, measured_once, timing_path
     from sbrs.compile.unit_threads import whole_frame_units
-    from sbrs.ort_env import machine_key, resolve_providers
+    from sbrs.ort_env import GPU_PROVIDERS, machine_key, resolve_providers
 
     runtime = app.config.runtime
     providers = resolve_providers(tuple(runtime.providers), where=app.config.path)
@@ -405,7 +405,8 @@ def _chosen_session(app: App, units: Path, one: Path, plan: Any, one_plan: Any, 
                                      path.name))
     timing = measured_once(timing_path("session", units_digest(), one_digest, machine_key(providers), optimized,
                                        threads, sorted(unit_threads.items()), indices), measure)
-    choice = choose_session({s: ScenarioSession.from_dict(f) for s, f in timing.figures.items()}, timing.load)
+    choice = choose_session({s: ScenarioSession.from_dict(f) for s, f in timing.figures.items()}, timing.load,
+                            gpu=any(provider in GPU_PROVIDERS for provider in providers))
     if is_busy(timing.load) and not timing.cached:
         logger.warning("sbrs build: runtime.session: auto measured %s on a busy machine (load average %.1f): the "
                        "choice (%s) is that machine's, kept for its next builds until one finds it quiet; or set "

@@ -18,24 +18,25 @@ where ``sbrs bench`` ran both at 0.88-0.94 of plain ONNX Runtime (2026-11-29).
     units where one graph's frames take more than ``MARGIN`` (1.05) times the units' (geometric mean over the
     scenarios) or any scenario's more than ``WORST_MARGIN`` (1.15) times; one graph where they take at most
     1 / ``MARGIN`` times (it runs faster and holds less); between the two (as fast, within the noise of such a
-    measurement), units where a scenario's frame on one graph takes more than ``MAX_SWITCH_WAIT_S`` (20 ms) and its
-    units cut that frame into steps, else one graph.
+    measurement), units where the units cut some scenario's frame into steps (on a GPU provider: and that frame
+    on one graph takes more than ``MAX_SWITCH_WAIT_S``, 20 ms), else one graph.
 
 Frame time comes first: it is what the app runs all the time, and one graph measured clearly faster also switches
-about as fast (a switch waits for the rest of the old frame, then runs a new frame, both shorter). On a tie the
-switch decides, on long frames only: SBRS-TP starts the new frame after the old frame's step in flight on units,
-after the whole frame on one graph (drone on this CPU: 62.6 against 43.6 ms where the frames were about as fast;
-42.4 against 62.4 ms in a run where one graph's frames were the faster: docs/MEASUREMENTS.md), and the memory
-one graph saves on the CPU is a megabyte or two. On frames of a few milliseconds (the small apps on the
-CPU, every example app on a GPU) a whole frame's wait is within the noise of a switch and the memory is the larger
-gain: one graph.
+about as fast (a switch waits for the rest of the old frame, then runs a new frame, both shorter). On a tie what
+each form saves decides. SBRS-TP starts the new frame after the old frame's step in flight on units, after the
+whole frame on one graph: on this CPU drone's switch took 0.97 of plain ONNX Runtime's Δ on one graph against
+0.78-0.88 on units, its frames as fast both ways (2026-11-29; docs/MEASUREMENTS.md), while one graph saved 1-2 MB of
+its 67-69. So on the CPU a tie keeps units wherever they cut a frame into steps. On a GPU provider one graph saves
+a provider instance per session (about 140 MiB each, "On a GPU"), and on frames of a few milliseconds (every example
+app there) a whole frame's wait is within the noise of a switch: a tie keeps units there only where a frame on
+one graph takes longer than ``MAX_SWITCH_WAIT_S``.
 
 Units are kept without measuring where one graph cannot run the app (``forced_units``): a memory limit (processing
 by parts), ``on_switch: resume`` (a frame is one call, with no shared step to resume after), two streams (asked, or
 measured better for the units: the one graph runs one frame at a time), or the scenarios cannot share one graph
-(the one graph's own ``InputError``: inputs of different element types, operator sets). The rule is the same on
-any provider; on a GPU provider it is what makes one graph the app's form where it measures as fast, but that path
-has not been run here (no GPU was available to this work).
+(the one graph's own ``InputError``: inputs of different element types, operator sets). On a GPU provider the rule
+makes one graph the app's form wherever it measures as fast, but that path has not been run here (no GPU was
+available to this work).
 
 The choice and its figures go in the build's manifest (``session``); ``runtime.session: units`` or ``one`` is
 never measured. Timing decides only what the build records, never a test (tests check ``choose_session`` on
@@ -135,9 +136,10 @@ def forced_units(why: str) -> SessionChoice:
     return SessionChoice("units", "auto", f"{why}: units, not measured")
 
 
-def choose_session(figures: Mapping[str, ScenarioSession], load: float | None = None) -> SessionChoice:
-    """The rule of the module docstring on measured ``figures`` (``load``: the machine's, recorded beside them):
-    one graph or units, with the reason."""
+def choose_session(figures: Mapping[str, ScenarioSession], load: float | None = None, *,
+                   gpu: bool = False) -> SessionChoice:
+    """The rule of the module docstring on measured ``figures`` (``load``: the machine's, recorded beside them;
+    ``gpu``: the app runs on a GPU provider): one graph or units, with the reason."""
     ratio = SessionChoice("units", "auto", "", figures).ratio or 1.0
     worst_name, worst = max(figures.items(), key=lambda item: item[1].ratio)
     said = f"one graph took {ratio:.2f}x the units' frame time"
@@ -152,13 +154,17 @@ def choose_session(figures: Mapping[str, ScenarioSession], load: float | None = 
                 if longest.steps > 1 and longest.one_s > MAX_SWITCH_WAIT_S else "")
         return SessionChoice("one", "auto", f"{said}, at most {1 / MARGIN:.2f}x: faster, holding every weight once "
                                             f"in one session{wait}", dict(figures), load)
-    cut = {name: f for name, f in figures.items() if f.steps > 1 and f.one_s > MAX_SWITCH_WAIT_S}
+    wait = MAX_SWITCH_WAIT_S if gpu else 0.0
+    cut = {name: f for name, f in figures.items() if f.steps > 1 and f.one_s > wait}
     if cut:
         name, slowest = max(cut.items(), key=lambda item: item[1].one_s)
         return SessionChoice("units", "auto", (
             f"{said}, as fast, but a switch on it waits for a whole frame of up to {slowest.one_s * 1e3:.0f} ms "
             f"({name}) where units start the new frame after the step in flight (of {slowest.steps})"),
             dict(figures), load)
+    if not gpu:
+        return SessionChoice("one", "auto", f"{said}, as fast, and units would not cut a frame into steps: one "
+                                            "session holds every weight once", dict(figures), load)
     return SessionChoice("one", "auto", f"{said}, as fast on frames a switch may wait for: one session holds every "
                                         "weight once and one provider instance", dict(figures), load)
 
