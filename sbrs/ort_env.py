@@ -183,9 +183,10 @@ def new_session(path: str, options: ort.SessionOptions, providers: tuple[str, ..
     """``ort.InferenceSession(path, options, providers, **kwargs)`` without the wrapper's provider fallback (which
     prints an "EP Error" banner on stdout before retrying), joining the process's global thread pool where one
     exists and ``options`` asked for threads of the session's own (module docstring). A session that cannot be
-    made on a GPU provider of ``providers`` is an ``InputError`` of ``runtime.providers``, on one line."""
+    made on a GPU provider of ``providers`` is an ``InputError`` of ``runtime.providers``, on one line. Under
+    ``session.force_spinning_stop`` its threads are put to sleep before it returns (``park_threads``)."""
     try:
-        return _session_in_any_pool(path, options, providers, **kwargs)
+        session = _session_in_any_pool(path, options, providers, **kwargs)
     except RuntimeError as error:
         gpu = [provider for provider in providers if provider in GPU_PROVIDERS]
         if not gpu:
@@ -194,6 +195,9 @@ def new_session(path: str, options: ort.SessionOptions, providers: tuple[str, ..
         # an H200), or failing on this model: one line naming the provider, with ONNX Runtime's reason
         raise InputError(f"ONNX Runtime could not create a session on {', '.join(gpu)}: {_reason(error)}",
                          field="runtime.providers") from error
+    if _stops_spinning_after_calls(options):
+        park_threads(session)
+    return session
 
 
 def _session_in_any_pool(path: str, options: ort.SessionOptions, providers: tuple[str, ...] | list[str],
@@ -242,19 +246,23 @@ def create_session(model: onnx.ModelProto | str, providers: tuple[str, ...], *, 
     if isinstance(model, str):
         if optimized:
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        session = new_session(model, options, providers)
-    else:
-        import tempfile
+        return new_session(model, options, providers)
+    import tempfile
 
-        import onnx
+    import onnx
 
-        with tempfile.TemporaryDirectory(prefix="sbrs-unit-") as folder:
-            path = os.path.join(folder, "unit.onnx")
-            onnx.save_model(model, path)
-            session = new_session(path, options, providers)
-    if scope == "session" and threads > 1 and not warm:
-        park_threads(session)
-    return session
+    with tempfile.TemporaryDirectory(prefix="sbrs-unit-") as folder:
+        path = os.path.join(folder, "unit.onnx")
+        onnx.save_model(model, path)
+        return new_session(path, options, providers)
+
+
+def _stops_spinning_after_calls(options: ort.SessionOptions) -> bool:
+    """Whether ``options`` ask for ``session.force_spinning_stop`` (onnxruntime raises for an entry never set)."""
+    try:
+        return options.get_session_config_entry("session.force_spinning_stop") == "1"
+    except RuntimeError:
+        return False
 
 
 def park_threads(session: ort.InferenceSession) -> None:
@@ -266,7 +274,8 @@ def park_threads(session: ort.InferenceSession) -> None:
     needed (detect's 9 units: 160 ms of CPU in the 0.5 s after they opened, its first frame 60-100 ms against
     12-23 ms with them asleep). A call refused by ONNX Runtime's checks ends like any other ("when the last of
     concurrent Run() calls returns", the option says) and computes nothing: a binding with nothing bound (onnxruntime
-    1.32: "At least one output should be requested")."""
+    1.32: "At least one output should be requested"). ``new_session`` does it for every session whose options ask
+    for ``session.force_spinning_stop``: without that option a pool spins after every call anyway."""
     with contextlib.suppress(Exception):  # the refusal is the expected outcome
         session.run_with_iobinding(session.io_binding())
 

@@ -154,8 +154,8 @@ def choose_session(figures: Mapping[str, ScenarioSession], load: float | None = 
                 if longest.steps > 1 and longest.one_s > MAX_SWITCH_WAIT_S else "")
         return SessionChoice("one", "auto", f"{said}, at most {1 / MARGIN:.2f}x: faster, holding every weight once "
                                             f"in one session{wait}", dict(figures), load)
-    wait = MAX_SWITCH_WAIT_S if gpu else 0.0
-    cut = {name: f for name, f in figures.items() if f.steps > 1 and f.one_s > wait}
+    longest_free_wait_s = MAX_SWITCH_WAIT_S if gpu else 0.0  # a whole frame a switch may wait for at no cost
+    cut = {name: f for name, f in figures.items() if f.steps > 1 and f.one_s > longest_free_wait_s}
     if cut:
         name, slowest = max(cut.items(), key=lambda item: item[1].one_s)
         return SessionChoice("units", "auto", (

@@ -93,28 +93,22 @@ def test_units_and_one_graph_are_timed_after_an_untimed_frame_each_and_the_best_
     ``sbrs bench`` ran both as fast. Each timed block of either form follows one untimed frame of the same form,
     and each form's figure is its best block."""
     from sbrs.compile import unit_streams
+    from tests.compile.tracked_sessions import RecordingSession
 
     events: list[str] = []
-
-    class Session:
-        def __init__(self, form: str) -> None:
-            self.form = form
-
-        def run(self, outputs: object, feed: object) -> None:
-            events.append(self.form)
 
     blocks = {"units": [3.0, 1.0, 2.0, 1.5, 4.0], "one": [1.2, 0.9, 5.0, 1.1, 0.95]}  # seconds per frame
     timed_blocks = {"units": 0, "one": 0}
     real = unit_streams.seconds_per_frame
 
-    def timed(chain: list[tuple[Session, dict[str, object]]], frames: int) -> float:
+    def timed(chain: list[tuple[RecordingSession, dict[str, object]]], frames: int) -> float:
         real(chain, frames)
         if frames == 1:
             return 0.001  # warming up
         if frames == 2:
             return 0.01  # sizing the blocks: MIN_BLOCK_S (0.03) / 0.01 = 3 frames each
         assert frames == 3
-        form = chain[0][0].form
+        form = chain[0][0].name
         events.insert(len(events) - frames, f"clock-{form}")
         figure = blocks[form][timed_blocks[form]]
         timed_blocks[form] += 1
@@ -123,7 +117,8 @@ def test_units_and_one_graph_are_timed_after_an_untimed_frame_each_and_the_best_
     monkeypatch.setattr(unit_streams, "seconds_per_frame", timed)
     monkeypatch.setattr(unit_streams, "WARM_S", 0.0)
     monkeypatch.setattr(unit_streams, "MIN_BLOCK_S", 0.03)
-    units_s, one_s = unit_streams.compare_chains([(Session("units"), {})], [(Session("one"), {})])
+    units_s, one_s = unit_streams.compare_chains([(RecordingSession("units", events), {})],
+                                                 [(RecordingSession("one", events), {})])
     assert (units_s, one_s) == (1.0, 0.9)  # the best block of each, not the median (2.0, 1.1)
     assert timed_blocks == {"units": unit_streams.ROUNDS, "one": unit_streams.ROUNDS}
     clocks = [i for i, event in enumerate(events) if event.startswith("clock-")]

@@ -184,29 +184,20 @@ def test_each_timed_block_of_one_stream_starts_after_an_untimed_frame(monkeypatc
     """The first frame of one stream after a block of two pays its pools' wake-up (drone on this machine: 13 ms
     against 22); blocks of two or three frames timed with it made one stream look 1.3-2x slower than it runs,
     and drone took two streams. Each timed block of one stream now follows one untimed frame of it."""
-    import time
-
     from sbrs.compile import unit_streams
+    from tests.compile.tracked_sessions import RecordingSession
 
     events: list[str] = []
-
-    class Session:
-        def __init__(self, side: str) -> None:
-            self.side = side
-
-        def run(self, outputs: object, feed: object) -> None:
-            events.append(self.side)
-            time.sleep(0.001)
-
     real = unit_streams.seconds_per_frame
 
-    def timed(chain: list[tuple[Session, dict[str, object]]], frames: int) -> float:
+    def timed(chain: list[tuple[RecordingSession, dict[str, object]]], frames: int) -> float:
         events.append("clock")
         return real(chain, frames)
 
     monkeypatch.setattr(unit_streams, "seconds_per_frame", timed)
     monkeypatch.setattr(unit_streams, "WARM_S", 0.0)
-    unit_streams._interleaved([(Session("one"), {})], [(Session("two"), {})])
+    unit_streams._interleaved([(RecordingSession("one", events, 0.001), {})],
+                              [(RecordingSession("two", events, 0.001), {})])
     clocks = [i for i, event in enumerate(events) if event == "clock" and "two" in events[:i]]
     assert len(clocks) == unit_streams.ROUNDS
     for i in clocks:

@@ -38,3 +38,18 @@ class TrackedSessions:
 
         monkeypatch.setattr(ort_env, "create_session", lambda path, *args, **kwargs: Session(path))
         monkeypatch.setattr(unit_threads, "random_feed", lambda session, rng: {})
+
+
+class RecordingSession:
+    """A fake session that appends its ``name`` to ``events`` each time it runs, taking ``seconds`` a call: for
+    the order of untimed and timed frames in a measurement."""
+
+    def __init__(self, name: str, events: list[str], seconds: float = 0.0) -> None:
+        self.name = name
+        self.events = events
+        self.seconds = seconds
+
+    def run(self, outputs: object, feed: object) -> None:
+        self.events.append(self.name)
+        if self.seconds:
+            time.sleep(self.seconds)
