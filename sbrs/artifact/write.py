@@ -135,9 +135,12 @@ def scenario_memory_mb(app: App, plan: UnitPlan) -> dict[str, float]:
     return {name: (params_bytes([model]) + peaks.get(name, 0)) / 1e6 for name, model in app.models.items()}
 
 
-def _save_optimized_models(app: App, staging: Path, *, one: bool) -> tuple[str | None, str | None]:
+def _save_optimized_models(app: App, staging: Path, *, one: bool,
+                           units: UnitPlan | None = None) -> tuple[str | None, str | None]:
     """Beside every model file of the build, ONNX Runtime's optimised form for this machine (``<name>.opt.onnx``,
-    ``sbrs.ort_env.save_optimized``), their weights in one file (``_share_optimized_weights``).
+    ``sbrs.ort_env.save_optimized``), their weights in one file (``_share_optimized_weights``). The optimised
+    files of ``units``' execution units hand each other ONNX Runtime's blocked layout where they can
+    (``sbrs.compile.blocked_layout``).
 
     Returns the machine they are valid on (``machine_key``) and None, or None and why none were made: the app
     runs on a GPU provider (the optimised form would fix node placement), the CPU's flags cannot be read, or
@@ -171,6 +174,10 @@ def _save_optimized_models(app: App, staging: Path, *, one: bool) -> tuple[str |
                 unique_names(model.graph)
                 onnx.save_model(model, str(made[-1]))
             progress(done)
+        if units is not None:
+            from sbrs.compile.blocked_layout import rewrite_units
+
+            logger.info("execution units: %s", rewrite_units(units, staging, OPTIMIZED_SUFFIX).summary())
         _share_optimized_weights(made, staging / OPTIMIZED_WEIGHTS)
     except Exception as exc:  # onnxruntime raises its own types; any failure leaves only the portable files
         for path in (*staging.glob(f"*{OPTIMIZED_SUFFIX}*"), staging / OPTIMIZED_WEIGHTS):
@@ -355,7 +362,7 @@ def _write_form(app: App, moc: Any, plan: Any, staging: Path, *, one: bool) -> t
                 progress(done)
     finally:
         weights.close()
-    return _save_optimized_models(app, staging, one=one)
+    return _save_optimized_models(app, staging, one=one, units=None if one else plan)
 
 
 def units_without_measuring(app: App, reduction: Mapping[str, Any] | None) -> str | None:

@@ -29,8 +29,9 @@ from sbrs.errors import InputError
 #: The measuring method: a change to how figures are taken changes this, so older figures are not reused (2: each
 #: block of one stream after an untimed frame, the best of the blocks, plain ONNX Runtime timed once its threads slept;
 #: 3: the units against the one graph of ``runtime.session: auto`` measured the same way, and every session's
-#: threads asleep from its creation, ``sbrs.ort_env.park_threads``).
-TIMINGS = "units-streams-3"
+#: threads asleep from its creation, ``sbrs.ort_env.park_threads``; 4: units that keep ONNX Runtime's blocked layout
+#: between them, ``sbrs.compile.blocked_layout``).
+TIMINGS = "units-streams-4"
 #: A machine is busy when its load average is above this many times its cores: its figures are that machine's
 #: (on this 2-core machine at load 9-10, drone's ResNet-18 scenarios ran 1.70x on two streams; quiet, they win
 #: nothing).
