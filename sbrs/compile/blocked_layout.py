@@ -10,14 +10,16 @@ convolution before it only when both operands are in the blocked layout already)
 into 8 units that was 0.58 ms of reorders and 0.19 ms of separate ``Add`` and ``Relu`` in a 13.4 ms frame
 (ONNX Runtime's profiler), where the whole model spends 0.01 ms on reorders.
 
-Two rewrites of the build's optimised unit files (``<unit>.opt.onnx``, ``sbrs.ort_env.save_optimized``) take
-these costs out; both give the same arithmetic as ONNX Runtime's optimised form of the whole model:
+Three rewrites of the build's optimised unit files (``<unit>.opt.onnx``, ``sbrs.ort_env.save_optimized``) take
+these costs out; they give the same arithmetic as ONNX Runtime's optimised form of the whole model:
 
 - ``fuse_residual_adds`` (inside one unit): ``Relu(Add(ReorderOutput(Conv(x)), s))`` becomes
   ``ReorderOutput(Conv(x, sum=s_c, activation=Relu))``, where ``s_c`` is the blocked form of ``s`` that the unit
   already has (the output of a ``ReorderInput(s)`` before the convolution, or the input of the
   ``ReorderOutput`` that made ``s``): ONNX Runtime's own fusion (the NCHWc ``Conv``'s fourth input, ``Sum``, added
   before the activation), applied where its optimiser does not see it.
+- ``drop_round_trips`` (inside one unit): the fused block's output now leaves the blocked layout through a
+  ``ReorderOutput`` that the next block's ``ReorderInput`` undoes; the next block reads the blocked tensor itself.
 - ``keep_blocked_boundaries`` (between units): a boundary tensor that every unit producing it writes through a
   ``ReorderOutput`` and every unit reading it only reorders in (``ReorderInput``) stays blocked in the arena:
   both reorders go. Only where the blocked tensor has exactly the bytes of the plain one: float32, four
@@ -54,14 +56,16 @@ Shapes = Mapping[str, tuple[int, ...]]
 
 @dataclass(frozen=True)
 class BlockedLayout:
-    """What the rewrites did to a build's optimised unit files: residual ``Add``s fused per unit, and the
-    boundary tensors kept blocked."""
+    """What the rewrites did to a build's optimised unit files: residual ``Add``s fused and reorder round trips
+    dropped, per unit, and the boundary tensors kept blocked."""
 
     fused_adds: Mapping[str, int]
+    round_trips: Mapping[str, int]
     blocked_tensors: tuple[str, ...]
 
     def summary(self) -> str:
         return (f"{sum(self.fused_adds.values())} residual additions fused into convolutions, "
+                f"{sum(self.round_trips.values())} reorders out and back in dropped, "
                 f"{len(self.blocked_tensors)} boundary tensors kept in ONNX Runtime's blocked layout")
 
 
@@ -123,7 +127,9 @@ def _blocked_form(graph: _Graph, name: str, before: int, channels: int) -> str |
     ``ReorderOutput`` that made it, or the output of a ``ReorderInput`` of it; None if the graph has none."""
     made_by = graph.producer.get(name)
     if _plain_reorder(made_by, "ReorderOutput") and _attribute(made_by, "channels") == channels:
-        return str(made_by.input[0])
+        blocked = str(made_by.input[0])
+        source = graph.producer.get(blocked)  # None: the graph's input
+        return blocked if source is None or graph.position[id(source)] < before else None
     for reader in graph.consumers.get(name, ()):
         if _plain_reorder(reader, "ReorderInput") and graph.position[id(reader)] < before:
             return str(reader.output[0])
@@ -176,7 +182,39 @@ def fuse_residual_adds(graph: onnx.GraphProto, shapes: Shapes) -> int:
                 break
             if changed:
                 break
+    _drop_dead_reorders(view)
     return fused
+
+
+def drop_round_trips(graph: onnx.GraphProto) -> int:
+    """``ReorderInput(ReorderOutput(c))`` reads ``c`` itself, where the two forms have the same bytes (channels a
+    multiple of ``CHANNEL_MULTIPLE``): a residual block's output that ``fuse_residual_adds`` now writes through a
+    ``ReorderOutput``, read by the next block's ``ReorderInput``. Returns how many reorders into the blocked layout
+    went (a ``ReorderOutput`` nothing reads any more goes too)."""
+    view = _Graph(graph)
+    dropped = 0
+    for reorder_in in list(graph.node):
+        if not _plain_reorder(reorder_in, "ReorderInput"):
+            continue
+        reorder_out = view.producer.get(reorder_in.input[0])
+        channels = _attribute(reorder_out, "channels") if reorder_out is not None else None
+        if not _plain_reorder(reorder_out, "ReorderOutput") or not isinstance(channels, int) \
+                or channels % CHANNEL_MULTIPLE:
+            continue
+        view.rename(str(reorder_in.output[0]), str(reorder_out.input[0]))
+        view.remove(reorder_in)
+        view.index()
+        dropped += 1
+    _drop_dead_reorders(view)
+    return dropped
+
+
+def _drop_dead_reorders(view: _Graph) -> None:
+    """Remove every ``ReorderOutput`` whose output nothing reads and the graph does not give out."""
+    for node in list(view.graph.node):
+        if _is(node, "ReorderOutput") and not view.consumers.get(node.output[0]) and node.output[0] not in view.outputs:
+            view.remove(node)
+    view.index()
 
 
 def keep_blocked_boundaries(graphs: Mapping[str, onnx.GraphProto], produced: Mapping[str, Iterable[str]],
@@ -262,10 +300,11 @@ def rewrite_units(plan: UnitPlan, folder: Path, optimized_suffix: str) -> Blocke
     (``<unit>`` + ``optimized_suffix``, beside its portable ``<unit>.onnx``), written back in place."""
     models = {unit.id: onnx.load_model(str(folder / f"{unit.id}{optimized_suffix}"), load_external_data=False)
               for unit in plan.units}
-    fused = {}
+    fused, trips = {}, {}
     for unit in plan.units:
         portable = onnx.load_model(str(folder / f"{unit.id}.onnx"), load_external_data=False)
         fused[unit.id] = fuse_residual_adds(models[unit.id].graph, plain_shapes(portable))
+        trips[unit.id] = drop_round_trips(models[unit.id].graph)
     produced: dict[str, list[str]] = defaultdict(list)
     read: dict[str, set[tuple[str, str]]] = defaultdict(set)
     for unit in plan.units:
@@ -279,7 +318,7 @@ def rewrite_units(plan: UnitPlan, folder: Path, optimized_suffix: str) -> Blocke
                                       {t: sorted(units) for t, units in read.items()},
                                       {t.id: t.shape for t in plan.tensors}, callers,
                                       {t.id: t.dtype for t in plan.tensors})
-    for unit in plan.units:
-        if fused[unit.id] or any(unit.id in produced[t] or any(u == unit.id for u, _ in read[t]) for t in blocked):
-            onnx.save_model(models[unit.id], str(folder / f"{unit.id}{optimized_suffix}"))
-    return BlockedLayout({unit: count for unit, count in fused.items() if count}, blocked)
+    for unit_id, model in models.items():
+        onnx.save_model(model, str(folder / f"{unit_id}{optimized_suffix}"))
+    return BlockedLayout({unit: count for unit, count in fused.items() if count},
+                         {unit: count for unit, count in trips.items() if count}, blocked)
