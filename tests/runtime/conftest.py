@@ -6,7 +6,7 @@ Reference sessions run on the global thread pool like every session of the test 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -110,3 +110,16 @@ def assert_switch_at_steps_equal(runtime: Runtime, refs: References, frames: lis
         assert [r.scenario for r in results] == [old, new]
         for result, frame in zip(results, frames[:2], strict=True):
             assert_equivalent(result.outputs, refs.outputs(result.scenario, frame), f"{old}->{new}@{step}")
+
+
+class NeverWaiting:
+    """Frames of an iterator that says it never waits for the world (``live`` false, as a file's source says):
+    on streams, ``process`` runs stream 0 on the caller's own thread (``sbrs.runtime.streams.frames_never_wait``)."""
+
+    live = False
+
+    def __init__(self, frames: Iterator[np.ndarray]) -> None:
+        self._frames = frames
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return iter(self._frames)

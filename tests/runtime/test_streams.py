@@ -28,7 +28,8 @@ from sbrs.compile.footprint import parts_footprint
 from sbrs.compile.parts_plan import PartsPlan
 from sbrs.errors import InputError
 from sbrs.runtime.engine import Runtime
-from tests.runtime.conftest import References, assert_equivalent, random_frame
+from sbrs.runtime.streams import frames_never_wait
+from tests.runtime.conftest import NeverWaiting, References, assert_equivalent, random_frame
 
 # one worker runs this module: its module-scoped builds are made once, not once on each xdist worker
 pytestmark = pytest.mark.xdist_group("band-streams")
@@ -75,6 +76,68 @@ def switching_as_handed(runtime: Runtime, frames: list[np.ndarray], at: dict[int
         if k in at:
             runtime.switch(at[k])
         yield frame
+
+
+def test_frames_that_never_wait_are_told_from_those_that_may() -> None:
+    from sbrs.run.sources import FrameSource
+
+    frame = np.zeros((1, 3, 8, 8), np.float32)
+    assert all(frames_never_wait(f) for f in ([frame], (frame,), itertools.repeat(frame, 2),
+                                               NeverWaiting(iter([frame])), FrameSource("a folder")))
+    camera = FrameSource("a camera")
+    camera.live = True
+    assert not any(frames_never_wait(f) for f in (iter([frame]), (f for f in [frame]), camera))
+
+
+@pytest.mark.parametrize("never_waits", [True, False], ids=["caller-runs-stream-0", "a-worker-per-stream"])
+def test_the_callers_thread_runs_stream_0_only_where_the_frames_never_wait(
+        runtime: Runtime, app: App, refs: References, monkeypatch: pytest.MonkeyPatch, never_waits: bool) -> None:
+    threads: dict[int, set[str]] = {0: set(), 1: set()}
+    run = runtime._streams._run  # type: ignore[union-attr]
+
+    def recorded(stream: int, *args: object) -> object:
+        threads[stream].add(threading.current_thread().name)
+        return run(stream, *args)
+
+    monkeypatch.setattr(runtime._streams, "_run", recorded)
+    frames = [random_frame(app, 120 + k) for k in range(8)]
+    runtime.switch("full")
+    results = list(runtime.process(frames if never_waits else iter(frames)))
+    assert sorted(r.index for r in results) == list(range(8))
+    for result in results:
+        assert_equivalent(result.outputs, refs.outputs("full", frames[result.index]), f"frame {result.index}")
+    here = threading.current_thread().name
+    assert (threads[0] == {here}) is never_waits and here not in threads[1]
+
+
+def test_a_caller_busy_with_each_result_gets_a_thread_for_stream_0(runtime: Runtime, app: App, refs: References,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stream 0 stands still while the caller's thread works on a result: past ``MAX_CALLER_AWAY_S`` a result
+    (over ``CALLER_WINDOW`` of them) a worker thread takes stream 0 over, and no frame is lost or run twice."""
+    from sbrs.runtime import streams as streams_module
+
+    threads: list[str] = []
+    run = runtime._streams._run  # type: ignore[union-attr]
+
+    def recorded(stream: int, *args: object) -> object:
+        if stream == 0:
+            threads.append(threading.current_thread().name)
+        return run(stream, *args)
+
+    monkeypatch.setattr(runtime._streams, "_run", recorded)
+    monkeypatch.setattr(streams_module, "CALLER_WINDOW", 4)
+    frames = [random_frame(app, 130 + k) for k in range(6)] * 4
+    runtime.switch("full")
+    results = []
+    for result in runtime.process(frames):
+        results.append(result)
+        time.sleep(0.002)  # a caller drawing each result
+    assert sorted(r.index for r in results) == list(range(len(frames)))
+    for result in results:
+        assert_equivalent(result.outputs, refs.outputs("full", frames[result.index]), f"frame {result.index}")
+    here = threading.current_thread().name
+    assert threads[0] == here and threads[-1] == "sbrs-stream-0"
+    assert here not in threads[threads.index("sbrs-stream-0"):]  # handed over once, for good
 
 
 def test_each_stream_has_an_arena_of_its_own_and_the_plan_counts_both(runtime: Runtime) -> None:
@@ -126,17 +189,19 @@ def test_both_streams_really_run_frames(runtime: Runtime, app: App, monkeypatch:
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(requests=st.lists(st.tuples(st.integers(0, 9), st.sampled_from(["full", "skip"])), max_size=4),
-       order=st.sampled_from(["completion", "stream"]))
+       order=st.sampled_from(["completion", "stream"]), never_waits=st.booleans())
 def test_switches_between_frames_in_flight_keep_every_output_equal(runtime: Runtime, app: App, refs: References,
                                                                    requests: list[tuple[int, str]],
-                                                                   order: str) -> None:
+                                                                   order: str, never_waits: bool) -> None:
     """A request made as frame k is handed over (two frames may then be in flight) applies to a frame that has
-    not started; every frame runs whole on one scenario, and its output equals that scenario's model."""
+    not started; every frame runs whole on one scenario, and its output equals that scenario's model. Both ways
+    of running stream 0: on the caller's thread (frames that never wait) and on a worker."""
     frames = [random_frame(app, 20 + k) for k in range(10)]
     at = dict(requests)
     runtime.switch("full")
     runtime.infer(frames[0])
-    results = list(runtime.process(switching_as_handed(runtime, frames, at), order=order))
+    source = switching_as_handed(runtime, frames, at)
+    results = list(runtime.process(NeverWaiting(source) if never_waits else source, order=order))
     assert sorted(r.index for r in results) == list(range(len(frames)))
     by_index = sorted(results, key=lambda r: r.index)
     expected = "full"
@@ -156,8 +221,8 @@ def test_switches_from_three_threads_never_lose_a_frame(runtime: Runtime, app: A
 
     frames = [random_frame(app, 100 + k) for k in range(DISTINCT_FRAMES)]
     want = {(s, k): refs.outputs(s, frame) for s in refs.sessions for k, frame in enumerate(frames)}
-    for order in ("completion", "stream"):
-        results = stress(runtime, frames, 0.4, seed=3, order=order)
+    for order, never_waits in itertools.product(("completion", "stream"), (False, True)):
+        results = stress(runtime, frames, 0.4, seed=3, order=order, never_waits=never_waits)
         assert sorted(r.index for r in results) == list(range(len(results))), f"{order}: frames lost"
         assert len({r.scenario for r in results}) == 2, "the run never switched"
         for result in results:
@@ -193,12 +258,15 @@ def test_infer_from_another_thread_waits_for_stream_0(runtime: Runtime, app: App
         assert_equivalent(result.outputs, refs.outputs("skip", frames[result.index % 4]), "process beside infer")
 
 
-def test_a_malformed_frame_comes_after_the_frames_before_it(runtime: Runtime, app: App, refs: References) -> None:
+@pytest.mark.parametrize("never_waits", [True, False], ids=["caller-runs-stream-0", "a-worker-per-stream"])
+def test_a_malformed_frame_comes_after_the_frames_before_it(runtime: Runtime, app: App, refs: References,
+                                                            never_waits: bool) -> None:
     good = [random_frame(app, 60 + k) for k in range(3)]
     runtime.switch("full")
     seen = []
+    frames = [*good, np.zeros((1, 3, 8, 8), np.float32), good[0]]
     with pytest.raises(InputError, match="shape"):
-        for result in runtime.process([*good, np.zeros((1, 3, 8, 8), np.float32), good[0]]):
+        for result in runtime.process(frames if never_waits else iter(frames)):
             seen.append(result)
     assert sorted(r.index for r in seen) == [0, 1, 2]
     for result in seen:
@@ -206,8 +274,9 @@ def test_a_malformed_frame_comes_after_the_frames_before_it(runtime: Runtime, ap
     assert_equivalent(runtime.infer(good[1]), refs.outputs("full", good[1]), "after the bad frame")
 
 
+@pytest.mark.parametrize("never_waits", [True, False], ids=["caller-runs-stream-0", "a-worker-per-stream"])
 def test_an_error_of_the_frame_source_comes_after_the_frames_before_it(runtime: Runtime, app: App,
-                                                                       refs: References) -> None:
+                                                                       refs: References, never_waits: bool) -> None:
     """The streams' workers take the caller's frames; an error the caller's own iterator raises reaches the
     caller in that frame's turn, and the runtime stays usable."""
     good = [random_frame(app, 70 + k) for k in range(3)]
@@ -219,7 +288,7 @@ def test_an_error_of_the_frame_source_comes_after_the_frames_before_it(runtime: 
     runtime.switch("full")
     seen = []
     with pytest.raises(OSError, match="camera unplugged"):
-        for result in runtime.process(source()):
+        for result in runtime.process(NeverWaiting(source()) if never_waits else source()):
             seen.append(result)
     assert sorted(r.index for r in seen) == [0, 1, 2]
     assert_equivalent(runtime.infer(good[0]), refs.outputs("full", good[0]), "after the source's error")
@@ -250,8 +319,10 @@ def test_results_come_out_while_a_live_source_waits_for_its_next_frame(runtime: 
         assert_equivalent(result.outputs, refs.outputs("full", frames[result.index]), "live source")
 
 
+@pytest.mark.parametrize("never_waits", [True, False], ids=["caller-runs-stream-0", "a-worker-per-stream"])
 def test_a_frame_that_fails_in_a_stream_is_raised_in_its_turn(runtime: Runtime, app: App, refs: References,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              never_waits: bool) -> None:
     frames = [random_frame(app, 90 + k) for k in range(6)]
     run = runtime._streams._run  # type: ignore[union-attr]
 
@@ -264,7 +335,7 @@ def test_a_frame_that_fails_in_a_stream_is_raised_in_its_turn(runtime: Runtime, 
     monkeypatch.setattr(runtime._streams, "_run", failing)
     seen = []
     with pytest.raises(RuntimeError, match="a call failed"):
-        for result in runtime.process(frames):
+        for result in runtime.process(frames if never_waits else iter(frames)):
             seen.append(result)
     assert sorted(r.index for r in seen) == [0, 1]
     for result in seen:
@@ -281,7 +352,8 @@ class FrameCounter:
         self.frames += 1
 
 
-def test_a_caller_that_stops_early_leaves_the_runtime_usable(app: App, refs: References) -> None:
+@pytest.mark.parametrize("never_waits", [True, False], ids=["caller-runs-stream-0", "a-worker-per-stream"])
+def test_a_caller_that_stops_early_leaves_the_runtime_usable(app: App, refs: References, never_waits: bool) -> None:
     frames = [random_frame(app, 80 + k) for k in range(6)]
     counter = FrameCounter()
     taken: list[int] = []
@@ -292,7 +364,7 @@ def test_a_caller_that_stops_early_leaves_the_runtime_usable(app: App, refs: Ref
             yield frame
 
     with Runtime.from_app(app, parts=two_stream_plan(app), observers=[counter]) as rt:
-        stream = rt.process(handed(frames))
+        stream = rt.process(NeverWaiting(handed(frames)) if never_waits else handed(frames))
         first = next(stream)
         time.sleep(0.3)  # a slow caller: the streams do not run ahead of it
         stream.close()  # the frames the streams took finish and are counted

@@ -22,7 +22,7 @@ from sbrs.app import App
 from sbrs.runtime import runtime_for
 from sbrs.runtime.engine import Runtime
 from tests.conftest import example_apps_by_tier
-from tests.runtime.conftest import References, assert_equivalent, random_frame
+from tests.runtime.conftest import NeverWaiting, References, assert_equivalent, random_frame
 
 DISTINCT_FRAMES = 3
 SECONDS_PER_CASE = 0.8
@@ -33,8 +33,11 @@ CONFIGURATIONS = (("naive", "shared", "priority", "finish"), ("sbrs-tp", "shadow
                   ("sbrs-tp", "shadow", "priority", "resume"))
 
 
-def stress(runtime: Runtime, frames: list[np.ndarray], seconds: float, seed: int, order: str) -> list:
-    """Run ``process`` for about ``seconds`` with three switching threads; the results in arrival order."""
+def stress(runtime: Runtime, frames: list[np.ndarray], seconds: float, seed: int, order: str,
+           never_waits: bool = False) -> list:
+    """Run ``process`` for about ``seconds`` with three switching threads; the results in arrival order.
+    ``never_waits``: the frame source says it never waits for the world (``live`` false), so that on streams the
+    caller's own thread runs stream 0 (``sbrs.runtime.streams.frames_never_wait``)."""
     rng = random.Random(seed)
     done = threading.Event()
     errors: list[BaseException] = []
@@ -62,7 +65,10 @@ def stress(runtime: Runtime, frames: list[np.ndarray], seconds: float, seed: int
     for thread in threads:
         thread.start()
     try:
-        results = list(runtime.process(source(), order=order))
+        frames_given = source()
+        if never_waits:
+            frames_given = NeverWaiting(frames_given)
+        results = list(runtime.process(frames_given, order=order))
     finally:
         done.set()
         for thread in threads:
