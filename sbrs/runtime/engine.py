@@ -46,7 +46,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -66,13 +66,14 @@ from sbrs.ort_env import (
 from sbrs.outputs.postprocess import FrameMeta, PostProcessor, postprocessors_for, value_of
 from sbrs.runtime import reports
 from sbrs.runtime.binding import Bound, bind_parts, bind_units
-from sbrs.runtime.control_node import ControlNode
+from sbrs.runtime.control_node import ControlNode, SwitchRequest
 from sbrs.runtime.device import ArenaMemory, device_of
 from sbrs.runtime.events import Observers, RunObserver
 from sbrs.runtime.program import Program, app_program, build_program, models_program, runtime_options
 from sbrs.runtime.runner import Frame, FrameResult, FrameRunner, OldFrame
 from sbrs.runtime.streams import Streams, process_in_streams
 from sbrs.runtime.switching import (
+    TERMINATED,
     Lookahead,
     Transition,
     cancelling,
@@ -139,7 +140,8 @@ class Runtime:
         # every call runs with these options; under ``cancel`` the control node sets ``terminate`` while a switch
         # to another scenario is pending, and ONNX Runtime stops the call in flight at its next node
         self._run_options = ort.RunOptions()
-        interrupt = {"cancel": self._interrupt, "resume": self._interrupt_resume}.get(self.on_switch)
+        interrupt = {"cancel": self._interrupt, "resume": self._interrupt_resume,
+                     "finish": self._interrupt_step}[self.on_switch]
         self.node = ControlNode(tuple(s.name for s in config.scenarios), config.initial, mode=mode,
                                 observers=self.observers, interrupt=interrupt)
         # each scenario's post-processor, for its results' ``value`` (a user function is imported here, once)
@@ -233,6 +235,12 @@ class Runtime:
             self.runner.resume = resume_tables(plan)  # type: ignore[arg-type]
         self.runner.resume_keep = {pair: tuple(step > 0 and r >= step for step, r in enumerate(table.after))
                                    for pair, table in self.runner.resume.items()}
+        # under ``finish`` with SBRS-TP on execution units: from which old step in flight a request for n stops
+        # that step's call, so that the transition starts after the step before it (``_interrupt_step``)
+        if self.on_switch == "finish" and plan.execution == "units":
+            self.runner.preempt_from = {
+                (table.old, table.new): max(2, table.wait[0] + 1) for table in self.transitions.pairs.values()
+                if table.wait and self.runner.transition_starts[(table.old, table.new)][0]}
         self.node.loaded(self.facts())
 
     @classmethod
@@ -281,6 +289,19 @@ class Runtime:
         """The control node's ``interrupt`` under ``on_switch: cancel`` (called under its lock): cancel the frame
         in flight unless it is already one run again after a cancellation (``switching.cancelling``)."""
         self._run_options.terminate = cancel and self.runner.cancellable
+
+    def _interrupt_step(self, cancel: bool) -> None:
+        """The control node's ``interrupt`` under ``on_switch: finish`` (called under its lock): a request for
+        another scenario stops the old frame's step whose call runs now (``runner.in_flight``, which ``_execute``
+        sets only on a frame a transition may follow) where a transition could start after the step before it
+        with the new frame's first step free to run at once (``runner.preempt_from``). ONNX Runtime stops the call
+        at its next node; the transition then starts after the step before it and runs the stopped step again,
+        whole, among the old frame's rest (``_execute``)."""
+        runner = self.runner
+        step, pending = runner.in_flight, self.node.pending
+        if cancel and step and pending is not None:
+            cancel = step >= runner.preempt_from.get((self.node.scenario, pending.scenario), step + 1)
+        self._run_options.terminate = cancel and step > 0
 
     def _interrupt_resume(self, cancel: bool) -> None:
         """The control node's ``interrupt`` under ``on_switch: resume`` (called under its lock): as ``_interrupt``,
@@ -479,8 +500,10 @@ class Runtime:
 
         A request pending at the frame boundary sends this frame to the new scenario (nothing is in flight).
         In SBRS-TP mode the pending request is checked after every old step j (Algorithm 7, line 2: the step the
-        SSR arrived in finishes first); when some new step may start before the old frame ends and the next
-        frame is at hand, a ``Transition`` takes over the rest of this frame and the next one. After the last
+        SSR arrived in finishes first; beyond the thesis, on execution units a request stops the old step in
+        flight instead where that helps, ``_step_or_transition``); when some new step may start before the old
+        frame ends and the next frame is at hand, a ``Transition`` takes over the rest of this frame and the next
+        one. After the last
         step, j = |φ^o|, the old frame is computed but not yet copied out: when the new frame writes nothing
         that copy-out reads (the shadow arena keeps them apart, ``plan_shadow``), the new frame runs first
         (``new_first``; every switch of a one-step app, such as tiny and pamap2, goes this way): its result
@@ -497,10 +520,17 @@ class Runtime:
         previous, request, scenario, begin = runner.start_frame(arrays)
         calls = runner.calls[scenario]
         last = len(calls)
+        stoppable = mode == "sbrs-tp" and lookahead is not None and bool(runner.preempt_from)
         for step, call in enumerate(calls, 1):
             if inject is not None and inject[0] == step:
                 node.request(inject[1], "bench")
-            call()
+            if stoppable and step > 1:
+                transition = self._step_or_transition(call, step, scenario, lookahead, index, begin, request,
+                                                      previous)
+                if transition is not None:
+                    return transition
+            else:
+                call()
             if step == 1 and request is not None and last > 1:
                 node.begin(request)  # after the new scenario's first step (ControlNode docstring)
             if mode == "sbrs-tp" and lookahead is not None:
@@ -516,6 +546,36 @@ class Runtime:
                             transition.old_frame(index, begin, request, previous)
                             return transition
         return runner.old_frame_result(scenario, index, begin, request, previous, mode)
+
+    def _step_or_transition(self, call: Callable[[], object], step: int, scenario: str, lookahead: Lookahead,
+                            index: int, begin: float, request: SwitchRequest | None,
+                            previous: str) -> Transition | None:
+        """Old step ``step`` of frame ``index``, which a switch request may stop inside (``_interrupt_step``): then
+        the transition starts after the step before it, as if the request had come at that step's end (the
+        stopped call wrote only its own outputs, which the transition's old rest writes again whole; every new
+        step that could meet those bytes waits for that old step, ``sbrs.compile.transitions``). Beyond the
+        thesis, where the SSR's step finishes first (Algorithm 7, line 2): on drone the step in flight was about
+        0.9 ms of a switch's Δ (steps of 1.2-2.4 ms). Returns the transition, or None once the step is done
+        (run again, whole, where no transition could start after all)."""
+        runner = self.runner
+        runner.in_flight = step
+        try:
+            call()
+            return None
+        except Exception as error:  # onnxruntime raises RuntimeError (IOBinding) or its own Fail for it
+            if TERMINATED not in str(error):
+                raise
+        finally:
+            runner.in_flight = 0
+        pending = self.node.pending
+        if pending is not None and pending.scenario != scenario:
+            transition = start_transition(runner, scenario, step - 1, pending, lookahead)
+            if transition is not None:
+                transition.old_frame(index, begin, request, previous)
+                return transition
+        self._run_options.terminate = False  # (the request went back to this scenario, or no frame follows)
+        call()
+        return None
 
     def close(self) -> None:
         """Release the sessions, bindings and arena; later ``infer`` calls raise ``SbrsRuntimeError``."""

@@ -84,7 +84,9 @@ class FrameRunner:
     use), ``cancellable`` (whether a request may cancel the frame in flight, ``switching.cancelling``),
     ``in_flight`` (under ``resume``: the step whose call runs now, 1-based; 0: none), ``transition_starts``
     (``switching.transition_starts``), ``resume`` and ``resume_keep`` (under ``resume``: where a frame stopped on
-    o continues on n, ``sbrs.compile.tables.ResumeTable``, and which steps of o a request for n lets finish).
+    o continues on n, ``sbrs.compile.tables.ResumeTable``, and which steps of o a request for n lets finish),
+    ``preempt_from`` (under ``finish``: the first old step of o whose call a request for n stops,
+    ``Runtime._interrupt_step``).
     """
 
     def __init__(self, node: ControlNode, bound: Bound, new_bound: Bound, *, transitions: TransitionPlan,
@@ -113,6 +115,7 @@ class FrameRunner:
         self.transition_starts: dict[tuple[str, str], tuple[bool, bool]] = {}
         self.resume: dict[tuple[str, str], ResumeTable] = {}
         self.resume_keep: dict[tuple[str, str], tuple[bool, ...]] = {}
+        self.preempt_from: dict[tuple[str, str], int] = {}
         # bookkeeping of frames already handed to the caller: (scenario, seconds, switch request, its record)
         self._unsettled: list[tuple[str, float, SwitchRequest | None, SwitchRecord | None]] = []
 

@@ -187,6 +187,46 @@ def test_the_new_scenario_output_comes_first(load_example: Callable[[str], App],
 
 
 @pytest.mark.parametrize("schedule", ["priority", "threads"])
+def test_a_request_inside_an_old_step_stops_it_and_the_transition_runs_it_again(
+        load_example: Callable[[str], App], schedule: str) -> None:
+    """Under ``finish``, a request for n arriving inside old step k's call (k at least ``preempt_from``) stops
+    that call; the transition starts after step k - 1, the new frame's result comes first, and the old frame
+    still finishes on the old scenario with step k run again whole: both equal ONNX Runtime."""
+    app = load_example("cifar10")
+    refs = References(app)
+    frames = [random_frame(app, 30 + k) for k in range(2)]
+    with runtime_for(app, transition="sbrs-tp", transition_schedule=schedule) as runtime:
+        runner = runtime.runner
+        assert runner.preempt_from, "no pair stops an old step"
+        for (old, new), first in sorted(runner.preempt_from.items()):
+            steps = len(runtime.plan.sequences[old])
+            for k in range(first, steps + 1):
+                calls = runner.calls[old]
+                runs = [0]
+
+                def asking(call: Callable[[], object] = calls[k - 1], new: str = new, runs: list[int] = runs) -> object:
+                    runs[0] += 1
+                    if runs[0] == 1:  # the request comes while the step's call is under way
+                        runtime.node.request(new, "test")
+                    return call()
+
+                runtime.switch(old)
+                runtime.infer(frames[1])
+                runner.calls[old] = (*calls[:k - 1], asking, *calls[k:])
+                try:
+                    results = list(runtime.process(frames, order="completion"))
+                finally:
+                    runner.calls[old] = calls
+                assert [(r.index, r.scenario) for r in results] == [(1, new), (0, old)], (old, new, k)
+                assert results[0].switch is not None and results[0].switch.ssr_step == k - 1, (old, new, k)
+                assert runs[0] == 2, f"{old}->{new}: step {k} ran {runs[0]} times"
+                for result in results:
+                    assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]),
+                                      f"{schedule} {old}->{new} stopped in step {k}, frame {result.index}")
+                assert not runtime._run_options.terminate
+
+
+@pytest.mark.parametrize("schedule", ["priority", "threads"])
 def test_one_step_frames_put_the_new_output_first_too(schedule: str) -> None:
     """A request seen after the old frame's last step (every request, when a frame is one step, as in the tiny
     app with its own settings): the old outputs wait in their slots, the next frame runs on the new scenario
