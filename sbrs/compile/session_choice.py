@@ -5,7 +5,8 @@ one session (``sbrs.compile.one_graph``). One graph holds each weight once in on
 (on a GPU about 140 MiB of provider state per session saved: docs/MEASUREMENTS.md, "On a GPU"; on the CPU 1-2 MB,
 "One graph, one session"), but its ``If`` kernels cost time at their branches' edges (cifar10 1.01-1.15 of the
 scenario's own model on this CPU) and a switch under SBRS-TP waits for the whole frame in flight, where units
-start the new frame after the step in flight (drone: 62.6 against 43.6 ms).
+start the new frame after the step in flight (drone: 62.6 against 43.6 ms; since 2026-11-29 they stop that step at
+its next node instead, ``Runtime._interrupt_step``).
 
 Under ``auto`` the build makes both forms of the app, times each scenario's frame both ways on this machine
 (``measure_session``: the units called in order on random inputs of their shapes, the one graph called with the
@@ -23,7 +24,7 @@ where ``sbrs bench`` ran both at 0.88-0.94 of plain ONNX Runtime (2026-11-29).
 
 Frame time comes first: it is what the app runs all the time, and one graph measured clearly faster also switches
 about as fast (a switch waits for the rest of the old frame, then runs a new frame, both shorter). On a tie what
-each form saves decides. SBRS-TP starts the new frame after the old frame's step in flight on units, after the
+each form saves decides. SBRS-TP starts the new frame within the old frame's step in flight on units, after the
 whole frame on one graph: on this CPU drone's switch took 0.97 of plain ONNX Runtime's Δ on one graph against
 0.78-0.88 on units, its frames as fast both ways (2026-11-29; docs/MEASUREMENTS.md), while one graph saved 1-2 MB of
 its 67-69. So on the CPU a tie keeps units wherever they cut a frame into steps. On a GPU provider one graph saves
@@ -160,7 +161,7 @@ def choose_session(figures: Mapping[str, ScenarioSession], load: float | None = 
         name, slowest = max(cut.items(), key=lambda item: item[1].one_s)
         return SessionChoice("units", "auto", (
             f"{said}, as fast, but a switch on it waits for a whole frame of up to {slowest.one_s * 1e3:.0f} ms "
-            f"({name}) where units start the new frame after the step in flight (of {slowest.steps})"),
+            f"({name}) where units stop the step in flight for the new frame (of {slowest.steps})"),
             dict(figures), load)
     if not gpu:
         return SessionChoice("one", "auto", f"{said}, as fast, and units would not cut a frame into steps: one "

@@ -19,7 +19,9 @@ def build_unit_plan(app: App, granularity: str | None = None, moc: Moc | None = 
     Under SBRS-TP (``transition``, default the app's) units of an app with several scenarios are also cut at up
     to ``runtime.switch_steps`` switch points per frame (``sbrs.compile.layout``; where the app leaves it out,
     its provider's default, ``sbrs.app.settings.UNIT_DEFAULTS_CPU``/``_GPU``): the old step in flight is what a
-    switch waits for. Under ``runtime.on_switch: resume`` (``on_switch``, default the app's;
+    switch waits for (on units, from a frame's second step on, only to its next ONNX Runtime node:
+    ``Runtime._interrupt_step``). Under
+    ``runtime.on_switch: resume`` (``on_switch``, default the app's;
     beyond the thesis) the scenarios' shared prefixes stay shared units and their live-in tensors stay valid
     through every old frame (``layout_units``' and ``arena_problem``'s ``resume``).
     """
