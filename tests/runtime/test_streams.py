@@ -94,9 +94,14 @@ def test_the_callers_thread_runs_stream_0_only_where_the_frames_never_wait(
         runtime: Runtime, app: App, refs: References, monkeypatch: pytest.MonkeyPatch, never_waits: bool) -> None:
     threads: dict[int, set[str]] = {0: set(), 1: set()}
     run = runtime._streams._run  # type: ignore[union-attr]
+    stream_0_ran = threading.Event()
 
     def recorded(stream: int, *args: object) -> object:
         threads[stream].add(threading.current_thread().name)
+        if stream == 0:
+            stream_0_ran.set()
+        else:  # stream 1 waits for stream 0's first frame: on a loaded machine its worker could take them all
+            stream_0_ran.wait(timeout=10)
         return run(stream, *args)
 
     monkeypatch.setattr(runtime._streams, "_run", recorded)
@@ -118,10 +123,15 @@ def test_a_caller_busy_with_each_result_gets_a_thread_for_stream_0(runtime: Runt
 
     threads: list[str] = []
     run = runtime._streams._run  # type: ignore[union-attr]
+    stream_0_ran = threading.Event()
 
     def recorded(stream: int, *args: object) -> object:
         if stream == 0:
             threads.append(threading.current_thread().name)
+            stream_0_ran.set()
+        else:  # stream 1 waits for stream 0's first frame, and is slow: it never takes every frame there is
+            stream_0_ran.wait(timeout=10)
+            time.sleep(0.005)
         return run(stream, *args)
 
     monkeypatch.setattr(runtime._streams, "_run", recorded)
