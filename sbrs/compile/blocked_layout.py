@@ -118,6 +118,14 @@ class _Graph:
             if value.name == old:
                 value.name = new
 
+    def rename_value(self, old: str, new: str) -> None:
+        """The value ``old`` is called ``new``: where a node writes it, where nodes read it, as a graph output."""
+        for node in self.graph.node:
+            for i, name in enumerate(node.output):
+                if name == old:
+                    node.output[i] = new
+        self.rename(old, new)
+
     def remove(self, node: onnx.NodeProto) -> None:
         self.graph.node.remove(node)
 
@@ -141,49 +149,47 @@ def fuse_residual_adds(graph: onnx.GraphProto, shapes: Shapes) -> int:
     docstring), wherever the convolution has no activation and no sum yet, its output goes nowhere else, ``s``
     has the sum's shape (``shapes``: the plain tensors' shapes by name, from the unit's portable graph) and a
     blocked form computed before the convolution. Returns how many were fused."""
-    fused = 0
     view = _Graph(graph)
-    changed = True
-    while changed:
-        changed = False
-        for add in list(graph.node):
-            if add.op_type != "Add" or add.domain not in ("", "ai.onnx") or len(add.input) != 2:
-                continue
-            for made, skip in ((add.input[0], add.input[1]), (add.input[1], add.input[0])):
-                reorder = view.producer.get(made)
-                if not _plain_reorder(reorder, "ReorderOutput") or not view.only_use(made, add):
-                    continue
-                blocked = str(reorder.input[0])
-                conv = view.producer.get(blocked)
-                if (not _is(conv, "Conv") or not view.only_use(blocked, reorder) or len(conv.input) > 3
-                        or _attribute(conv, "activation") is not None):
-                    continue
-                shape = shapes.get(made)
-                if shape is None or len(shape) != 4 or shapes.get(skip) != shape:
-                    continue
-                skip_blocked = _blocked_form(view, skip, view.position[id(conv)], int(_attribute(reorder, "channels")))
-                if skip_blocked is None:
-                    continue
-                while len(conv.input) < 3:
-                    conv.input.append("")  # no bias: the optional input stays empty
-                conv.input.append(skip_blocked)
-                last = add
-                relus = view.consumers.get(add.output[0], [])
-                if len(relus) == 1 and relus[0].op_type == "Relu" and relus[0].domain in ("", "ai.onnx") \
-                        and add.output[0] not in view.outputs:
-                    conv.attribute.append(helper.make_attribute("activation", "Relu"))
-                    last = relus[0]
-                    view.remove(relus[0])
-                reorder.output[0] = last.output[0]
-                view.remove(add)
-                view.index()
-                fused += 1
-                changed = True
-                break
-            if changed:
-                break
+    fused = 0
+    while any(_fuse_add(view, add, made, skip, shapes) for add in list(graph.node)
+              if add.op_type == "Add" and add.domain in ("", "ai.onnx") and len(add.input) == 2
+              for made, skip in ((add.input[0], add.input[1]), (add.input[1], add.input[0]))):
+        fused += 1  # one fusion changes the graph: look again from the start
     _drop_dead_reorders(view)
     return fused
+
+
+def _fuse_add(view: _Graph, add: onnx.NodeProto, made: str, skip: str, shapes: Shapes) -> bool:
+    """``add`` of ``made`` (a convolution's output reordered out) and ``skip``, folded into that convolution, if
+    ``fuse_residual_adds``' conditions hold; whether it was."""
+    reorder = view.producer.get(made)
+    if not _plain_reorder(reorder, "ReorderOutput") or not view.only_use(made, add):
+        return False
+    blocked = str(reorder.input[0])
+    conv = view.producer.get(blocked)
+    if (not _is(conv, "Conv") or not view.only_use(blocked, reorder) or len(conv.input) > 3
+            or _attribute(conv, "activation") is not None):
+        return False
+    shape = shapes.get(made)
+    if shape is None or len(shape) != 4 or shapes.get(skip) != shape:
+        return False
+    skip_blocked = _blocked_form(view, skip, view.position[id(conv)], int(_attribute(reorder, "channels")))
+    if skip_blocked is None:
+        return False
+    while len(conv.input) < 3:
+        conv.input.append("")  # no bias: the optional input stays empty
+    conv.input.append(skip_blocked)
+    last = add
+    relus = view.consumers.get(add.output[0], [])
+    if (len(relus) == 1 and relus[0].op_type == "Relu" and relus[0].domain in ("", "ai.onnx")
+            and add.output[0] not in view.outputs):
+        conv.attribute.append(helper.make_attribute("activation", "Relu"))
+        last = relus[0]
+        view.remove(relus[0])
+    reorder.output[0] = last.output[0]
+    view.remove(add)
+    view.index()
+    return True
 
 
 def drop_round_trips(graph: onnx.GraphProto) -> int:
@@ -268,11 +274,7 @@ def keep_blocked_boundaries(graphs: Mapping[str, onnx.GraphProto], produced: Map
                             node.input[i] = plain
             else:
                 view.remove(reorder)
-            view.rename(blocked, tensor)
-            for node in view.graph.node:
-                for i, name in enumerate(node.output):
-                    if name == blocked:
-                        node.output[i] = tensor
+            view.rename_value(blocked, tensor)
             view.index()
     for unit, name in sorted({reader for tensor in kept for reader in read[tensor]}):
         view = views[unit]
@@ -296,7 +298,7 @@ def plain_shapes(portable: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
 
 
 def rewrite_units(plan: UnitPlan, folder: Path, optimized_suffix: str) -> BlockedLayout:
-    """Both rewrites (module docstring) on the optimised file of every unit of ``plan`` in ``folder``
+    """The three rewrites (module docstring) on the optimised file of every unit of ``plan`` in ``folder``
     (``<unit>`` + ``optimized_suffix``, beside its portable ``<unit>.onnx``), written back in place."""
     models = {unit.id: onnx.load_model(str(folder / f"{unit.id}{optimized_suffix}"), load_external_data=False)
               for unit in plan.units}

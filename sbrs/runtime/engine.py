@@ -299,9 +299,8 @@ class Runtime:
         whole, among the old frame's rest (``_execute``)."""
         runner = self.runner
         step, pending = runner.in_flight, self.node.pending
-        if cancel and step and pending is not None:
-            cancel = step >= runner.preempt_from.get((self.node.scenario, pending.scenario), step + 1)
-        self._run_options.terminate = cancel and step > 0
+        first = None if pending is None else runner.preempt_from.get((self.node.scenario, pending.scenario))
+        self._run_options.terminate = cancel and step > 0 and first is not None and step >= first
 
     def _interrupt_resume(self, cancel: bool) -> None:
         """The control node's ``interrupt`` under ``on_switch: resume`` (called under its lock): as ``_interrupt``,

@@ -211,15 +211,19 @@ def process_in_streams(runner: FrameRunner, streams: Streams, frames: Iterable[F
     done: SimpleQueue[_Taken | int] = SimpleQueue()  # a computed frame, or a worker's stream when it ends
     run = streams._run
 
+    def compute(stream: int, taken: _Taken) -> _Taken:
+        """``taken`` run on ``stream``, its outputs (or the error it raised) kept for its turn."""
+        try:
+            taken.computed = run(stream, taken.scenario, taken.arrays)
+        except BaseException as error:  # raised to the caller in its frame's turn
+            taken.computed = error
+            feeder.stop()
+        return taken
+
     def work(stream: int) -> None:
         try:
             while (taken := feeder.take()) is not None:
-                try:
-                    taken.computed = run(stream, taken.scenario, taken.arrays)
-                except BaseException as error:  # raised to the caller in its frame's turn
-                    taken.computed = error
-                    feeder.stop()
-                done.put(taken)
+                done.put(compute(stream, taken))
         finally:
             done.put(stream)
 
@@ -261,34 +265,23 @@ def process_in_streams(runner: FrameRunner, streams: Streams, frames: Iterable[F
             return runner.frame_result(taken.scenario, taken.index, outputs, begin, end, taken.request,
                                          taken.previous)
 
-    def run_here(taken: _Taken) -> None:
-        """Stream 0's frame, run on the caller's thread."""
-        try:
-            taken.computed = run(0, taken.scenario, taken.arrays)
-        except BaseException as error:  # raised to the caller in its frame's turn
-            taken.computed = error
-            feeder.stop()
-        arrived[taken.index] = taken
-
     try:
         while True:
             while caller_runs and not done.empty():  # what the other streams finished, without waiting
                 receive()
             if head in arrived:
-                if not caller_runs:
-                    yield result_of(arrived[head])
-                    continue
-                left = time.perf_counter()
+                left = time.perf_counter() if caller_runs else 0.0
                 yield result_of(arrived[head])
-                away_s += time.perf_counter() - left
-                given_here += 1
-                if given_here == CALLER_WINDOW:  # a caller busy with each result: stream 0 gets its own thread
-                    if away_s > CALLER_WINDOW * MAX_CALLER_AWAY_S and not feeder.stopped:
-                        caller_runs = False
-                        feeder.workers += 1  # before the thread exists: a later ``stop`` wakes it too
-                        running += 1
-                        start_worker(0)
-                    away_s, given_here = 0.0, 0
+                if caller_runs:
+                    away_s += time.perf_counter() - left
+                    given_here += 1
+                    if given_here == CALLER_WINDOW:  # a caller busy with each result: stream 0 gets a thread
+                        if away_s > CALLER_WINDOW * MAX_CALLER_AWAY_S and not feeder.stopped:
+                            caller_runs = False
+                            feeder.workers += 1  # before the thread exists: a later ``stop`` wakes it too
+                            running += 1
+                            start_worker(0)
+                        away_s, given_here = 0.0, 0
                 continue
             if order == "completion" and head != feeder.next_index:
                 # only a switch's new frame passes the frame before it (``Runtime.process``): frames of one
@@ -298,8 +291,8 @@ def process_in_streams(runner: FrameRunner, streams: Streams, frames: Iterable[F
                 if passing:
                     yield result_of(min(passing, key=lambda t: t.index))
                     continue
-            if caller_runs and (taken := feeder.take(wait=False)) is not None:
-                run_here(taken)
+            if caller_runs and (taken := feeder.take(wait=False)) is not None:  # stream 0, on the caller's thread
+                arrived[taken.index] = compute(0, taken)
                 continue
             if head == feeder.next_index and running == 0:  # nothing taken that the caller has not had
                 if feeder.error is not None:
