@@ -7,7 +7,8 @@ sessions (``sbrs.runtime.streams``): the setting of plain ONNX Runtime's "two fr
 model's layers parallelise poorly (pamap2, detect, MobileNetV3 at 64×64: 1.2-1.7x the frames of two intra-op
 threads on this 2-core machine), and loses nothing where they parallelise well only if the second frame keeps
 the second core as busy as the pool did (ResNet-18: it does not). A switch on two streams waits for a free
-stream, without SBRS-TP's overlap, and its new frame runs on one thread.
+stream (or, where both frames in flight have 0.2 ms or more left, stops the younger one: ``Streams.stop_for``),
+without SBRS-TP's overlap, and its new frame runs on one thread.
 
 The build times each scenario's frame both ways on the build's own unit files (interleaved blocks after an untimed
 warm-up, the best of ``ROUNDS``; the units called in order on random inputs of their shapes; two streams with the
@@ -33,7 +34,8 @@ plain two frames run 1.7x its threads).
     such a frame), or, on frames of at most ``MAX_LONG_FRAME_S`` (50 ms) on one thread, the gain is large
     (``LARGE_GAIN``, 1.25: one stream would then run at most 0.8 of what plain ONNX Runtime's two frames at
     once reach); else one stream, whose SBRS-TP switch matters more on long frames (drone's ResNet-18 scenarios:
-    0.73-0.80 of plain ONNX Runtime's Δ on one stream; detect on two streams 1.79x), and above all on the
+    0.73-0.80 of plain ONNX Runtime's Δ on one stream; detect on two streams 1.79x, 1.11-1.13x since a switch
+    stops the younger frame in flight, against 0.71-0.77x on one stream), and above all on the
     longest (multi-cnn's ResNet-50, 0.1-0.2 s a frame on one thread: a switch would wait for such a frame).
 
 The choice and its figures go in the build's manifest (``streams``); ``runtime.streams: 1`` or ``2`` is never

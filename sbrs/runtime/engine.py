@@ -216,15 +216,15 @@ class Runtime:
         self._streams: Streams | None = None
         self._frame_lock: threading.Lock | contextlib.nullcontext[None] = contextlib.nullcontext()
         if streams > 1:
-            def bind(arena: ArenaMemory) -> Bound:
+            def bind(arena: ArenaMemory, run_options: ort.RunOptions) -> Bound:
                 if by_parts:
-                    return bind_parts(plan, self._sessions, arena, self._run_options,  # type: ignore[arg-type]
+                    return bind_parts(plan, self._sessions, arena, run_options,  # type: ignore[arg-type]
                                       record_accesses=False)
                 return bind_plan(plan, self._sessions, arena, self.device,  # type: ignore[arg-type]
-                                 config.input.name, self._run_options)
+                                 config.input.name, run_options)
 
-            self._streams = Streams(streams, bound, self._arena, plan.arena_bytes, plan.alignment, bind,
-                                   self.device)
+            self._streams = Streams(streams, bound, self._arena, self._run_options, plan.arena_bytes,
+                                    plan.alignment, bind, self.device)
             self._frame_lock = self._streams.locks[0]  # stream 0's arena is the runtime's own
         self.runner.transition_starts = transition_starts(self.runner)
         # under ``resume``: where a frame stopped on o continues on n (``sbrs.compile.transitions.ResumeTable``),
@@ -296,11 +296,14 @@ class Runtime:
         sets only on a frame a transition may follow) where a transition could start after the step before it
         with the new frame's first step free to run at once (``runner.preempt_from``). ONNX Runtime stops the call
         at its next node; the transition then starts after the step before it and runs the stopped step again,
-        whole, among the old frame's rest (``_execute``)."""
+        whole, among the old frame's rest (``_execute``). On streams the request may stop the youngest frame in
+        flight instead, which runs again after the switch's frame (``Streams.stop_for``)."""
         runner = self.runner
         step, pending = runner.in_flight, self.node.pending
         first = None if pending is None else runner.preempt_from.get((self.node.scenario, pending.scenario))
         self._run_options.terminate = cancel and step > 0 and first is not None and step >= first
+        if cancel and pending is not None and self._streams is not None:
+            self._streams.stop_for(pending.scenario)
 
     def _interrupt_resume(self, cancel: bool) -> None:
         """The control node's ``interrupt`` under ``on_switch: resume`` (called under its lock): as ``_interrupt``,

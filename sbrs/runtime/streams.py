@@ -15,9 +15,11 @@ asks for it (``runtime.streams: 2``): their sessions then have one thread each, 
 once" has, which beats a two-thread session on models whose layers parallelise poorly (detect, pamap2).
 
 Switching needs no transition room: the frame a request is taken for starts on the stream that is free while
-the other stream's frame finishes on the old scenario; their buffers never meet. Results come back one per
-frame, in stream order (``completion``: a switch's new frame may pass the old one), as from the one-stream
-loop. ``infer`` runs on stream 0 and waits for its frame in flight.
+the other stream's frame finishes on the old scenario; their buffers never meet. Where no stream is free and the
+frames in flight have long enough left, the youngest is stopped for the request and runs again after the switch's
+frame, on its stream (``Streams.stop_for``). Results come back one per frame, in stream order (``completion``: a
+switch's new frame may pass the old ones), as from the one-stream loop. ``infer`` runs on stream 0 and waits for
+its frame in flight.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING
 
 import numpy as np
+import onnxruntime as ort
 
 from sbrs.errors import SbrsRuntimeError
 from sbrs.runtime.binding import Bound
 from sbrs.runtime.device import ArenaMemory
+from sbrs.runtime.switching import TERMINATED
 
 if TYPE_CHECKING:
     from sbrs.runtime.control_node import SwitchRequest
@@ -48,24 +52,86 @@ if TYPE_CHECKING:
 CALLER_WINDOW = 32
 MAX_CALLER_AWAY_S = 10e-6
 
+#: A switch on streams stops a frame in flight only where every stream's frame has this long left (seconds): ONNX
+#: Runtime returns from a call stopped through ``RunOptions.terminate`` 80-110 µs after the flag is set (building its
+#: error; tiny's units on this machine, where their whole call takes 100-170 µs). Switches on pamap2 (0.05-0.2 ms
+#: frames) took 0.30 ms stopping at once against 0.28 ms waiting for a free stream; on cifar10 (0.5-1.2 ms) 1.28-1.32
+#: against 1.47-1.48 ms.
+MIN_LEFT_S = 200e-6
+
 #: A frame's computed outputs, with the times its stream started and finished it.
 Computed = tuple[dict[str, np.ndarray], float, float]
 
 
-class Streams:
-    """Every stream's arena and bound steps (stream 0 is the runtime's own) and a lock per stream.
-    ``bind(arena)`` binds every step of the plan to another arena of the same size (``bind_parts``, or
-    ``bind_units`` without shadow slots), on ``device`` as the first."""
+class FrameStopped(Exception):
+    """A stream's frame stopped inside a call for a switch (``Streams.stop_for``): it runs again after the switch's
+    frame."""
 
-    def __init__(self, count: int, first: Bound, first_arena: ArenaMemory, arena_bytes: int, alignment: int,
-                 bind: Callable[[ArenaMemory], Bound], device: str) -> None:
+
+@dataclass(slots=True)
+class _InFlight:
+    """A frame a stream runs now, as ``Streams.stop_for`` sees it: its index, scenario, whether a switch may stop
+    it, and when it began (``time.perf_counter``)."""
+
+    index: int
+    scenario: str
+    stoppable: bool
+    began: float
+
+
+class Streams:
+    """Every stream's arena, bound steps and run options (stream 0's are the runtime's own) and a lock per stream.
+    ``bind(arena, run_options)`` binds every step of the plan to another arena of the same size (``bind_parts``, or
+    ``bind_units`` without shadow slots), on ``device`` as the first, its calls run with ``run_options``.
+
+    A switch on streams waits for a free stream. Where every stream runs a frame when a request for another
+    scenario arrives, ``stop_for`` stops the youngest of them inside its call (``RunOptions.terminate``: ONNX Runtime
+    stops at its next node), so that the switch's frame starts on that stream at once; the stopped frame runs again,
+    whole, right after it (``process_in_streams``). Only where every frame in flight still has ``MIN_LEFT_S`` to
+    run, by its scenario's last frame on the streams: a stopped call returns only after ONNX Runtime has built its
+    error, so on shorter waits the stop costs more than it saves. Which frames run, and which one is stopped, is read
+    and written under one lock with each stream's ``terminate``, so a flag never outlives the frame it was set for.
+    """
+
+    def __init__(self, count: int, first: Bound, first_arena: ArenaMemory, first_options: ort.RunOptions,
+                 arena_bytes: int, alignment: int, bind: Callable[[ArenaMemory, ort.RunOptions], Bound],
+                 device: str) -> None:
         self.arenas = [first_arena]
         self.bounds = [first]
+        self.run_options = [first_options]
         for _ in range(1, count):
             arena = ArenaMemory(arena_bytes, device, alignment)
+            options = ort.RunOptions()
             self.arenas.append(arena)
-            self.bounds.append(bind(arena))
+            self.run_options.append(options)
+            self.bounds.append(bind(arena, options))
         self.locks = [threading.Lock() for _ in self.bounds]
+        self._stop_lock = threading.Lock()
+        self._running: list[_InFlight | None] = [None] * count  # per stream, the frame it runs now
+        self._stopping: list[bool] = [False] * count
+        self._frame_s: dict[str, float] = {}  # per scenario, its last frame's time on a stream
+
+    def stop_for(self, scenario: str) -> None:
+        """A request for ``scenario`` is pending: where every stream runs a frame with ``MIN_LEFT_S`` or more left, stop
+        the youngest of them if it may be stopped and runs another scenario (never an older one: the frames after
+        it would wait for it, holding their slots). One frame per switch: a later request renews the same stop. Any
+        thread; cheap (the control node calls it under its lock)."""
+        with self._stop_lock:
+            if any(self._stopping):
+                for stream, stopping in enumerate(self._stopping):
+                    if stopping:
+                        self.run_options[stream].terminate = True
+                return
+            if any(frame is None for frame in self._running):
+                return  # a free stream takes the request with its next frame
+            running: list[_InFlight] = self._running  # type: ignore[assignment]
+            now = time.perf_counter()
+            if any(self._frame_s.get(f.scenario, 0.0) - (now - f.began) < MIN_LEFT_S for f in running):
+                return  # a stream is free about as soon as a stop would free one
+            stream = max(range(len(running)), key=lambda s: running[s].index)
+            if running[stream].stoppable and running[stream].scenario != scenario:
+                self._stopping[stream] = True
+                self.run_options[stream].terminate = True
 
     @property
     def count(self) -> int:
@@ -75,16 +141,37 @@ class Streams:
     def nbytes(self) -> int:
         return sum(int(a.nbytes) for a in self.arenas)
 
-    def _run(self, stream: int, scenario: str, arrays: Mapping[str, np.ndarray]) -> Computed:
+    def _run(self, stream: int, scenario: str, arrays: Mapping[str, np.ndarray],
+             frame: tuple[int, bool] | None = None) -> Computed:
+        """``arrays`` run on ``scenario`` on ``stream``, under its lock. ``frame`` (its index, and whether a switch
+        may stop it): the frame is registered for ``stop_for`` while it runs, and one it stopped raises
+        ``FrameStopped``."""
         bound = self.bounds[stream]
         with self.locks[stream]:
             begin = time.perf_counter()
-            for array in arrays.values():
-                bound.copy_in[scenario](array)
-            for call in bound.calls[scenario]:
-                call()
-            outputs = {name: copy() for name, copy in bound.copy_out[scenario].items()}
-            return outputs, begin, time.perf_counter()
+            if frame is not None:
+                with self._stop_lock:
+                    self._running[stream] = _InFlight(frame[0], scenario, frame[1], begin)
+            try:
+                for array in arrays.values():
+                    bound.copy_in[scenario](array)
+                for call in bound.calls[scenario]:
+                    call()
+                outputs = {name: copy() for name, copy in bound.copy_out[scenario].items()}
+                end = time.perf_counter()
+                if frame is not None:
+                    self._frame_s[scenario] = end - begin
+                return outputs, begin, end
+            except Exception as error:  # onnxruntime raises RuntimeError (IOBinding) or its own Fail for it
+                if frame is not None and self._stopping[stream] and TERMINATED in str(error):
+                    raise FrameStopped(f"frame {frame[0]} stopped for a switch") from error
+                raise
+            finally:
+                if frame is not None:
+                    with self._stop_lock:
+                        self._running[stream] = None
+                        self._stopping[stream] = False
+                        self.run_options[stream].terminate = False
 
 
 @dataclass
@@ -99,6 +186,7 @@ class _Taken:
     previous: str
     arrays: Mapping[str, np.ndarray]
     computed: Computed | BaseException | None = None
+    lent: bool = False  # taken on the slot of a frame stopped for a switch, holding none of its own
 
 
 class _Feeder:
@@ -128,12 +216,16 @@ class _Feeder:
         self.error: BaseException | None = None  # the malformed frame's (or the source's) error, raised in turn
         self.source_lock = threading.Lock()  # one worker at a time takes from the source, in stream order
 
-    def take(self, *, wait: bool = True) -> _Taken | None:
+    def take(self, *, wait: bool = True, lent: bool = False) -> _Taken | None:
         """The next frame for the worker asking, or None when there is none to take (the frames ended, one was bad, or
         the caller stopped). A live source may keep a worker waiting here for its next frame; the caller's
         thread meanwhile goes on giving out the results that exist. Not ``wait``: None at once where no slot is
-        free (the caller's own thread, which frees the slots, asks so)."""
-        if wait:
+        free (the caller's own thread, which frees the slots, asks so). ``lent``: on the slot of the worker's frame
+        stopped for a switch, without waiting for one: the stopped frame runs again only after this one, and the
+        caller may be waiting for it while every other slot holds a later frame of its scenario."""
+        if lent:
+            pass
+        elif wait:
             self.free.get()  # a free slot (``given`` and ``stop`` put them)
         else:
             try:
@@ -160,21 +252,20 @@ class _Feeder:
                         self.error = SbrsRuntimeError("the runtime is closed")
                         return None
                     previous, request, scenario = runner.take_request()
-                if request is not None:
-                    runner.node.begin(request)
                 index = self.next_index
-                taken = _Taken(index, scenario, request, previous, arrays)
+                taken = _Taken(index, scenario, request, previous, arrays, lent=lent)
                 self.scenarios[index] = scenario
                 self.next_index = index + 1
                 return taken
         finally:
-            if taken is None:
+            if taken is None and not lent:
                 self.free.put(None)  # a take that took nothing holds no slot
 
     def given(self, taken: _Taken) -> None:
-        """``taken``'s result went to the caller (or was counted): its slot is free."""
+        """``taken``'s result went to the caller (or was counted): its slot is free (a lent one was never held)."""
         del self.scenarios[taken.index]
-        self.free.put(None)
+        if not taken.lent:
+            self.free.put(None)
 
     def stop(self) -> None:
         """No more frames are taken; a worker waiting for a slot wakes and ends."""
@@ -211,19 +302,39 @@ def process_in_streams(runner: FrameRunner, streams: Streams, frames: Iterable[F
     done: SimpleQueue[_Taken | int] = SimpleQueue()  # a computed frame, or a worker's stream when it ends
     run = streams._run
 
-    def compute(stream: int, taken: _Taken) -> _Taken:
-        """``taken`` run on ``stream``, its outputs (or the error it raised) kept for its turn."""
+    def compute(stream: int, taken: _Taken, *, stoppable: bool = False, seen: bool = True) -> bool:
+        """``taken`` run on ``stream``, its outputs (or the error it raised) kept for its turn; False where a switch
+        stopped it (``Streams.stop_for``, only where ``stoppable``): it is to run again. ``seen``: registered as
+        running for ``stop_for`` (not on the caller's thread: a stop waits for every stream to run a frame, and the
+        caller's thread takes the request with its next frame)."""
         try:
-            taken.computed = run(stream, taken.scenario, taken.arrays)
+            taken.computed = run(stream, taken.scenario, taken.arrays, (taken.index, stoppable) if seen else None)
+        except FrameStopped:
+            return False
         except BaseException as error:  # raised to the caller in its frame's turn
             taken.computed = error
             feeder.stop()
-        return taken
+        return True
+
+    def run_on(stream: int, taken: _Taken) -> None:
+        """``taken`` run on a worker's ``stream`` and handed in. Where a switch stopped it, the next frame (which
+        takes the switch's request) runs first and ``taken`` again after it; where the request went away before
+        that frame was taken (it names ``taken``'s scenario), ``taken`` runs first. The next frame is taken on the
+        stopped frame's slot (``_Feeder.take``), and neither is stopped again: the stream's frames in flight stay at
+        two, and the stopped frame, which the caller may be waiting for, always runs."""
+        if compute(stream, taken, stoppable=True):
+            done.put(taken)
+            return
+        following = feeder.take(lent=True)
+        for frame in sorted((f for f in (taken, following) if f is not None),
+                            key=lambda f: (f.scenario == taken.scenario, f.index)):
+            compute(stream, frame)
+            done.put(frame)
 
     def work(stream: int) -> None:
         try:
             while (taken := feeder.take()) is not None:
-                done.put(compute(stream, taken))
+                run_on(stream, taken)
         finally:
             done.put(stream)
 
@@ -292,7 +403,8 @@ def process_in_streams(runner: FrameRunner, streams: Streams, frames: Iterable[F
                     yield result_of(min(passing, key=lambda t: t.index))
                     continue
             if caller_runs and (taken := feeder.take(wait=False)) is not None:  # stream 0, on the caller's thread
-                arrived[taken.index] = compute(0, taken)
+                compute(0, taken, seen=False)
+                arrived[taken.index] = taken
                 continue
             if head == feeder.next_index and running == 0:  # nothing taken that the caller has not had
                 if feeder.error is not None:

@@ -13,7 +13,7 @@ import itertools
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -336,10 +336,10 @@ def test_a_frame_that_fails_in_a_stream_is_raised_in_its_turn(runtime: Runtime, 
     frames = [random_frame(app, 90 + k) for k in range(6)]
     run = runtime._streams._run  # type: ignore[union-attr]
 
-    def failing(stream: int, scenario: str, arrays: dict[str, np.ndarray]) -> object:
+    def failing(stream: int, scenario: str, arrays: dict[str, np.ndarray], *frame: object) -> object:
         if any(np.array_equal(array, frames[2]) for array in arrays.values()):
             raise RuntimeError("a call failed")
-        return run(stream, scenario, arrays)
+        return run(stream, scenario, arrays, *frame)
 
     runtime.switch("full")
     monkeypatch.setattr(runtime._streams, "_run", failing)
@@ -506,3 +506,61 @@ def test_units_on_two_streams_from_a_build(unit_app: App, tmp_path: Path) -> Non
         frames = [random_frame(unit_app, 400 + k) for k in range(4)]
         for result in rt.process(frames):
             assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]), "from the build")
+
+
+@pytest.mark.parametrize("order", ["completion", "stream"])
+@pytest.mark.parametrize("frame_s", [10.0, 0.0], ids=["frames-long-enough-to-stop", "frames-too-short"])
+def test_a_switch_stops_the_younger_of_two_old_frames_and_runs_it_again_after_the_new_one(
+        unit_runtime: Runtime, unit_app: App, order: str, frame_s: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames 0 and 1 run on ``full``, one on each stream, when a request for ``skip`` comes (from frame 1's own
+    call, as it starts). Where ``full``'s frames take long (its last frame on the streams, ``frame_s``), frame 1's
+    call stops at once (``Streams.stop_for``), frame 2 runs ``skip`` on that stream, then frame 1 runs again,
+    whole; where they take less than ``MIN_LEFT_S``, nothing stops. Either way every result equals ONNX Runtime,
+    each frame comes out once, and in completion order the stopped frame comes out after the switch's frame."""
+    streams = unit_runtime._streams
+    assert streams is not None
+    refs = References(unit_app)
+    frames = [random_frame(unit_app, 600 + k) for k in range(6)]
+    both_started = threading.Barrier(2, timeout=10)
+    requested = threading.Event()
+    ran: list[tuple[int, str]] = []  # (frame, how its first call ended), in the order they ended
+
+    def gated(stream: int, call: Callable[[], object]) -> Callable[[], object]:
+        def step() -> object:
+            running = streams._running[stream]
+            assert running is not None
+            if running.index in (0, 1) and not requested.is_set():
+                both_started.wait()
+                if running.index == 1:
+                    unit_runtime.switch("skip")
+                    requested.set()
+                requested.wait(10)
+            try:
+                outcome = call()
+            except Exception:
+                ran.append((running.index, "stopped"))
+                raise
+            ran.append((running.index, "whole"))
+            return outcome
+        return step
+
+    unit_runtime.switch("full")
+    unit_runtime.infer(frames[0])
+    for stream, bound in enumerate(streams.bounds):
+        first, *rest = bound.calls["full"]
+        monkeypatch.setitem(bound.calls, "full", (gated(stream, first), *rest))
+    monkeypatch.setitem(streams._frame_s, "full", frame_s)
+    results = list(unit_runtime.process(iter(frames), order=order))
+    assert sorted(r.index for r in results) == list(range(len(frames)))
+    for result in results:
+        assert result.scenario == ("full" if result.index < 2 else "skip")
+        assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]), f"frame {result.index}")
+    stopped = frame_s > 0
+    assert ran.count((1, "stopped")) == stopped and ran.count((1, "whole")) == 1 and (0, "stopped") not in ran
+    switched = next(r for r in results if r.switch is not None)
+    assert switched.index == 2 and switched.switch.old == "full" and switched.switch.new == "skip"
+    out = [r.index for r in results]
+    if order == "stream":
+        assert out == sorted(out)
+    elif stopped:  # (unstopped, frame 2 may still pass frame 1: both streams were free to take it)
+        assert out.index(2) < out.index(1)
