@@ -12,11 +12,10 @@ Every figure is a ratio to plain ONNX Runtime measured in the same run, interlea
   pools stop spinning when a call returns; with ONNX Runtime's default spinning pools every plain switch is
   slower, drone 48-63 against 31-33 ms, so that is not plain ONNX Runtime's better setting). One long stream of
   frames on each side; a thread asks for another scenario at a random moment (1-3 frames after the previous
-  switch, so anywhere in a frame, never at a step boundary on purpose); Δ runs from the request to the moment
-  the caller holds the output of the frame that took it (the result carrying the switch's record: on two
-  streams an older frame of the scenario asked for, still in flight or stopped for the previous switch and run
-  again, may come out after the request: counted, it made detect's switches on two streams read 8.1-8.7 ms where
-  they took 13.0-14.0). Blocks of both sides alternate. The difference of the
+  switch ended, so anywhere in a frame, never at a step boundary on purpose); Δ runs from the request to the
+  moment the caller holds the output of the frame that took it (``_Requests``: since 2026-11-29's fourth stop;
+  before, the first output of the scenario asked for, which could be an older frame's). Blocks of both sides
+  alternate. The difference of the
   means in µs is printed beside it.
 - ``APP/first_output`` (ceiling): a fresh process's time to its first output, ``sbrs run`` from the app's build
   against a plain ONNX Runtime script loading every scenario's model (``benchmarks/startup.py``, bytecode
@@ -164,7 +163,15 @@ def throughput(path: str, prefix: str, frames: int, repeats: int) -> tuple[dict[
 
 class _Requests:
     """The thread that asks for switches: each at a random moment 1-3 frames of the current scenario after the
-    caller held the previous switch's first output; ``held`` ends a switch, ``delays`` are the caller's Δ."""
+    previous switch ended; ``delays`` are the caller's Δ. Plain ONNX Runtime's loop reports every output
+    (``held``: a switch ends at the first output of the scenario asked for); sbrs's reports every result
+    (``out``): its Δ ends at the output of the frame that took the request (the result carrying the switch's
+    record), and the switch at the output of every frame taken before that one. An older frame of the scenario
+    asked for may still be in flight when the request comes: on one stream the old frame of the previous SBRS-TP
+    switch (multi-cnn: a ResNet-50 frame, 30 ms, finishing 3-9 ms after MobileNet took over), on two streams a
+    frame stopped and run again. Counting its output ended such switches early (multi-cnn's Δ read 10.6-10.9 ms
+    where the frame that took the request came out after 20.5-22.4 ms); asking while it ran measured a switch
+    from inside another."""
 
     def __init__(self, ask: Callable[[str], None], scenarios: list[str], start: str, frame_s: dict[str, float],
                  count: int, rng: random.Random) -> None:
@@ -174,28 +181,49 @@ class _Requests:
         self.requested = 0.0
         self.delays: list[float] = []
         self.switched = threading.Event()
+        self.settled = threading.Event()
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, name="guard-requests", daemon=True)
+        self._first_not_out = 0  # sbrs's frames: every frame before it is out
+        self._out: set[int] = set()  # frames out after ``_first_not_out``
+        self._switch_frame: int | None = None  # the frame that took the request, until every frame before it is out
 
     def _run(self) -> None:
         for _ in range(self.count):
             time.sleep(self.rng.uniform(1.0, 3.0) * self.frame_s[self.current])
             target = self.rng.choice([s for s in self.scenarios if s != self.current])
             self.switched.clear()
+            self.settled.clear()
             self.target = target
             self.requested = time.perf_counter()
             self.ask(target)
-            if not self.switched.wait(30.0):
+            if not (self.switched.wait(30.0) and self.settled.wait(30.0)):
                 break
             self.current = target
         self.done.set()
 
-    def held(self, scenario: str) -> None:
-        """The caller holds an output of ``scenario`` now."""
+    def held(self, scenario: str, *, settled: bool = True) -> None:
+        """The caller holds an output of ``scenario`` now (``settled``: nothing of the old scenario is in flight)."""
         if scenario == self.target and not self.switched.is_set():
             self.delays.append(time.perf_counter() - self.requested)
             self.target = None
             self.switched.set()
+        if settled:
+            self.settled.set()
+
+    def out(self, index: int, scenario: str, took_request: bool) -> None:
+        """sbrs's result of frame ``index`` on ``scenario`` is with the caller now; ``took_request``: the frame
+        took the request (its result carries the switch's record)."""
+        self._out.add(index)
+        while self._first_not_out in self._out:
+            self._out.remove(self._first_not_out)
+            self._first_not_out += 1
+        if took_request:
+            self._switch_frame = index
+            self.held(scenario, settled=False)
+        if self._switch_frame is not None and self._first_not_out > self._switch_frame:
+            self._switch_frame = None
+            self.settled.set()
 
 
 def _sbrs_switches(runtime: Any, frame: np.ndarray, requests: _Requests) -> None:
@@ -206,8 +234,7 @@ def _sbrs_switches(runtime: Any, frame: np.ndarray, requests: _Requests) -> None
     runtime.switch(requests.current, "guard")
     requests.thread.start()
     for result in runtime.process(frames()):
-        if result.switch is not None:  # the frame that took the request: on streams an older frame of the scenario
-            requests.held(result.scenario)  # asked for may still come out after it was asked for
+        requests.out(result.index, result.scenario, result.switch is not None)
 
 
 def _ort_switches(sessions: dict[str, Any], feed: str, frame: np.ndarray, requests: _Requests) -> None:
