@@ -410,7 +410,8 @@ def main(argv: list[str] | None = None) -> int:
                            "first output and memory, all ratios of sbrs to plain ONNX Runtime measured in the same run")
         floors["runs"] = sorted({*floors.get("runs", []),
                                  *(f"{run.get('when', '')} (load {run.get('load_at_start', 0):.1f}, "
-                                   f"{'quick' if run.get('quick') else 'full'})" for run in saved)})
+                                   f"{'quick' if run.get('quick') else 'full'}"
+                                   f"{', ' + run['only'] + ' only' if run.get('only') else ''})" for run in saved)})
         floors["figures"] = {**floors.get("figures", {}), **bounds}  # the figures measured replace their bounds
         args.floors.write_text(json.dumps(floors, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         print(f"guard: {len(bounds)} bounds written to {args.floors}")
@@ -427,8 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
     if args.json is not None:
         args.json.write_text(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M"), "quick": args.quick,
-                                         "seconds": round(elapsed), "load_at_start": load, "figures": figures,
-                                         "notes": notes}, indent=1) + "\n", encoding="utf-8")
+                                         "only": args.only, "seconds": round(elapsed), "load_at_start": load,
+                                         "figures": figures, "notes": notes}, indent=1) + "\n", encoding="utf-8")
     print(table(figures, bounds))
     checks = check(figures, bounds, only=_scope(args.quick, only))
     for entry in checks:

@@ -52,11 +52,11 @@ if TYPE_CHECKING:
 CALLER_WINDOW = 32
 MAX_CALLER_AWAY_S = 10e-6
 
-#: A switch on streams stops a frame in flight only where every stream's frame has this long left (seconds): ONNX
-#: Runtime returns from a call stopped through ``RunOptions.terminate`` 80-110 µs after the flag is set (building its
-#: error; tiny's units on this machine, where their whole call takes 100-170 µs). Switches on pamap2 (0.05-0.2 ms
-#: frames) took 0.30 ms stopping at once against 0.28 ms waiting for a free stream; on cifar10 (0.5-1.2 ms) 1.28-1.32
-#: against 1.47-1.48 ms.
+#: A switch on streams stops a frame in flight only where every stream's frame has this long left (seconds). A stop
+#: is slow to take: on tiny's units (whole calls of 100-170 µs on this machine) ONNX Runtime returns from a call set
+#: to stop before it starts after 80-110 µs, and from one stopped in flight 150-170 µs after the flag is set.
+#: Switches on pamap2 (0.05-0.2 ms frames) took 0.30 ms stopping at once against 0.28 ms waiting for a free stream;
+#: on cifar10 (0.5-1.2 ms) 1.28-1.32 against 1.47-1.48 ms.
 MIN_LEFT_S = 200e-6
 
 #: A frame's computed outputs, with the times its stream started and finished it.
@@ -88,8 +88,8 @@ class Streams:
     scenario arrives, ``stop_for`` stops the youngest of them inside its call (``RunOptions.terminate``: ONNX Runtime
     stops at its next node), so that the switch's frame starts on that stream at once; the stopped frame runs again,
     whole, right after it (``process_in_streams``). Only where every frame in flight still has ``MIN_LEFT_S`` to
-    run, by its scenario's last frame on the streams: a stopped call returns only after ONNX Runtime has built its
-    error, so on shorter waits the stop costs more than it saves. Which frames run, and which one is stopped, is read
+    run, by its scenario's last frame on the streams: a stopped call takes 0.1-0.2 ms to return, so on shorter
+    waits the stop costs more than it saves. Which frames run, and which one is stopped, is read
     and written under one lock with each stream's ``terminate``, so a flag never outlives the frame it was set for.
     """
 
