@@ -491,6 +491,38 @@ def test_units_on_two_streams_never_lose_a_frame_under_three_switching_threads(u
                           f"frame {result.index} on {result.scenario}")
 
 
+@pytest.mark.parametrize("order", ["completion", "stream"])
+def test_units_on_two_streams_stopping_a_frame_at_every_switch_never_lose_one(
+        unit_runtime: Runtime, unit_app: App, order: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three threads ask for switches while frames come without a pause, and every request that finds both
+    streams busy stops the younger frame (``MIN_LEFT_S`` lowered: tiny's frames are too short to stop otherwise).
+    No frame is lost or comes out twice, every output equals ONNX Runtime, and frames were stopped."""
+    from tests.runtime.test_switching_stress import DISTINCT_FRAMES, stress
+
+    streams = unit_runtime._streams
+    assert streams is not None
+    monkeypatch.setattr("sbrs.runtime.streams.MIN_LEFT_S", float("-inf"))
+    stops = 0
+    stop_for = streams.stop_for
+
+    def counted(scenario: str) -> None:
+        nonlocal stops
+        already = any(streams._stopping)
+        stop_for(scenario)
+        stops += not already and any(streams._stopping)
+
+    monkeypatch.setattr(streams, "stop_for", counted)
+    refs = References(unit_app)
+    frames = [random_frame(unit_app, 700 + k) for k in range(DISTINCT_FRAMES)]
+    want = {(s, k): refs.outputs(s, frame) for s in refs.sessions for k, frame in enumerate(frames)}
+    results = stress(unit_runtime, frames, 0.4, seed=11, order=order, frame_gap_s=0.0)
+    assert sorted(r.index for r in results) == list(range(len(results)))
+    for result in results:
+        assert_equivalent(result.outputs, want[(result.scenario, result.index % DISTINCT_FRAMES)],
+                          f"frame {result.index} on {result.scenario}")
+    assert stops > 0, "no frame was stopped"
+
+
 def test_units_on_two_streams_from_a_build(unit_app: App, tmp_path: Path) -> None:
     """``sbrs build`` records the two streams' plan, and ``runtime_for`` of the build runs them."""
     from sbrs.artifact.read import load_build

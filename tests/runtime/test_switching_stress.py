@@ -34,10 +34,11 @@ CONFIGURATIONS = (("naive", "shared", "priority", "finish"), ("sbrs-tp", "shadow
 
 
 def stress(runtime: Runtime, frames: list[np.ndarray], seconds: float, seed: int, order: str,
-           never_waits: bool = False) -> list:
+           never_waits: bool = False, frame_gap_s: float = 1e-3) -> list:
     """Run ``process`` for about ``seconds`` with three switching threads; the results in arrival order.
     ``never_waits``: the frame source says it never waits for the world (``live`` false), so that on streams the
-    caller's own thread runs stream 0 (``sbrs.runtime.streams.frames_never_wait``)."""
+    caller's own thread runs stream 0 (``sbrs.runtime.streams.frames_never_wait``). The source waits up to
+    ``frame_gap_s`` (at random) before each frame."""
     rng = random.Random(seed)
     done = threading.Event()
     errors: list[BaseException] = []
@@ -56,7 +57,7 @@ def stress(runtime: Runtime, frames: list[np.ndarray], seconds: float, seed: int
     def source() -> Iterator[np.ndarray]:
         index = 0
         while time.perf_counter() < end:
-            time.sleep(rng.random() * 1e-3)
+            time.sleep(rng.random() * frame_gap_s)
             yield frames[index % len(frames)]
             index += 1
 
