@@ -395,10 +395,13 @@ def process_in_streams(runner: FrameRunner, streams: Streams, frames: Iterable[F
                         away_s, given_here = 0.0, 0
                 continue
             if order == "completion" and head != feeder.next_index:
-                # only a switch's new frame passes the frame before it (``Runtime.process``): frames of one
-                # scenario come back in stream order even where the second stream finished first
-                head_scenario = feeder.scenarios[head]
-                passing = [t for t in arrived.values() if t.scenario != head_scenario]
+                # only a switch's new frames pass the frames before them (``Runtime.process``): frames of one
+                # scenario come back in stream order even where a later one finished first (the second stream's,
+                # or one run while a frame stopped for the switch waits to run again), so the switch's own frame
+                # is the first of its scenario to come out
+                taken_scenarios = feeder.scenarios
+                passing = [t for t in arrived.values()
+                           if all(taken_scenarios.get(k) != t.scenario for k in range(head, t.index))]
                 if passing:
                     yield result_of(min(passing, key=lambda t: t.index))
                     continue

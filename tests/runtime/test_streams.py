@@ -78,6 +78,15 @@ def switching_as_handed(runtime: Runtime, frames: list[np.ndarray], at: dict[int
         yield frame
 
 
+def assert_each_scenario_in_stream_order(results: list) -> None:
+    """Results in arrival order: a switch's new frames may pass older frames of another scenario, never of their own
+    (so the frame that took a request is the first of its scenario to come out)."""
+    last: dict[str, int] = {}
+    for result in results:
+        assert result.index > last.get(result.scenario, -1), f"frame {result.index} came after a later {result.scenario}"
+        last[result.scenario] = result.index
+
+
 def test_frames_that_never_wait_are_told_from_those_that_may() -> None:
     from sbrs.run.sources import FrameSource
 
@@ -234,6 +243,7 @@ def test_switches_from_three_threads_never_lose_a_frame(runtime: Runtime, app: A
     for order, never_waits in itertools.product(("completion", "stream"), (False, True)):
         results = stress(runtime, frames, 0.4, seed=3, order=order, never_waits=never_waits)
         assert sorted(r.index for r in results) == list(range(len(results))), f"{order}: frames lost"
+        assert_each_scenario_in_stream_order(results)
         assert len({r.scenario for r in results}) == 2, "the run never switched"
         for result in results:
             assert_equivalent(result.outputs, want[(result.scenario, result.index % DISTINCT_FRAMES)],
@@ -485,6 +495,7 @@ def test_units_on_two_streams_never_lose_a_frame_under_three_switching_threads(u
     want = {(s, k): refs.outputs(s, frame) for s in refs.sessions for k, frame in enumerate(frames)}
     results = stress(unit_runtime, frames, 0.4, seed=9, order="completion")
     assert sorted(r.index for r in results) == list(range(len(results)))
+    assert_each_scenario_in_stream_order(results)
     assert len({r.scenario for r in results}) >= 2, "the run never switched"
     for result in results:
         assert_equivalent(result.outputs, want[(result.scenario, result.index % DISTINCT_FRAMES)],
@@ -496,7 +507,8 @@ def test_units_on_two_streams_stopping_a_frame_at_every_switch_never_lose_one(
         unit_runtime: Runtime, unit_app: App, order: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Three threads ask for switches while frames come without a pause, and every request that finds both
     streams busy stops the younger frame (``MIN_LEFT_S`` lowered: tiny's frames are too short to stop otherwise).
-    No frame is lost or comes out twice, every output equals ONNX Runtime, and frames were stopped."""
+    No frame is lost or comes out twice, frames of one scenario come out in order, every output equals ONNX
+    Runtime, and frames were stopped."""
     from tests.runtime.test_switching_stress import DISTINCT_FRAMES, stress
 
     streams = unit_runtime._streams
@@ -517,6 +529,7 @@ def test_units_on_two_streams_stopping_a_frame_at_every_switch_never_lose_one(
     want = {(s, k): refs.outputs(s, frame) for s in refs.sessions for k, frame in enumerate(frames)}
     results = stress(unit_runtime, frames, 0.4, seed=11, order=order, frame_gap_s=0.0)
     assert sorted(r.index for r in results) == list(range(len(results)))
+    assert_each_scenario_in_stream_order(results)
     for result in results:
         assert_equivalent(result.outputs, want[(result.scenario, result.index % DISTINCT_FRAMES)],
                           f"frame {result.index} on {result.scenario}")
