@@ -317,19 +317,20 @@ def process_in_streams(runner: FrameRunner, streams: Streams, frames: Iterable[F
         return True
 
     def run_on(stream: int, taken: _Taken) -> None:
-        """``taken`` run on a worker's ``stream`` and handed in. Where a switch stopped it, the next frame (which
-        takes the switch's request) runs first and ``taken`` again after it; where the request went away before
-        that frame was taken (it names ``taken``'s scenario), ``taken`` runs first. The next frame is taken on the
-        stopped frame's slot (``_Feeder.take``), and neither is stopped again: the stream's frames in flight stay at
-        two, and the stopped frame, which the caller may be waiting for, always runs."""
+        """``taken`` run on a worker's ``stream`` and handed in. Where a switch stopped it, the next frame runs first
+        if it took the switch's request, and ``taken`` again after it; else (the other stream took the request first,
+        or it went away) ``taken`` runs first, as its results are due first. The next frame is taken on the stopped
+        frame's slot (``_Feeder.take``), and neither is stopped again: the stream's frames in flight stay at two, and
+        the stopped frame, which the caller may be waiting for, always runs."""
         if compute(stream, taken, stoppable=True):
             done.put(taken)
             return
         following = feeder.take(lent=True)
-        for frame in sorted((f for f in (taken, following) if f is not None),
-                            key=lambda f: (f.scenario == taken.scenario, f.index)):
-            compute(stream, frame)
-            done.put(frame)
+        switch_first = following is not None and following.request is not None
+        for frame in (following, taken) if switch_first else (taken, following):
+            if frame is not None:
+                compute(stream, frame)
+                done.put(frame)
 
     def work(stream: int) -> None:
         try:
