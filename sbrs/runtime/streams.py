@@ -117,8 +117,8 @@ class Streams:
         it would wait for it, holding their slots). One frame per switch: a later request renews the same stop. Any
         thread; cheap (the control node calls it under its lock)."""
         with self._stop_lock:
-            if any(self._stopping):
-                for stream, stopping in enumerate(self._stopping):
+            if any(self._stopping):  # set again: stream 0's options are the runtime's, which each request rewrites
+                for stream, stopping in enumerate(self._stopping):  # (``Runtime._interrupt_step``, one stream's)
                     if stopping:
                         self.run_options[stream].terminate = True
                 return
@@ -223,13 +223,9 @@ class _Feeder:
         free (the caller's own thread, which frees the slots, asks so). ``lent``: on the slot of the worker's frame
         stopped for a switch, without waiting for one: the stopped frame runs again only after this one, and the
         caller may be waiting for it while every other slot holds a later frame of its scenario."""
-        if lent:
-            pass
-        elif wait:
-            self.free.get()  # a free slot (``given`` and ``stop`` put them)
-        else:
+        if not lent:  # a free slot (``given`` and ``stop`` put them)
             try:
-                self.free.get(block=False)
+                self.free.get(block=wait)
             except Empty:
                 return None
         taken = None
