@@ -8,15 +8,13 @@ Every figure is a ratio to plain ONNX Runtime measured in the same run, interlea
   (``sbrs bench``'s throughput part, ``sbrs.bench.bench.measure_throughput``); ``model/NAME/throughput`` the
   same for committed real models (tests/data/torchvision, float and int8) as one-scenario apps.
 - ``APP/switch`` (ceiling): the mean switch response delay Δ as the caller sees it, sbrs over plain ONNX Runtime
-  with every scenario's session loaded (``sbrs bench --switching``'s comparator: sessions on every core whose
-  pools stop spinning when a call returns; with ONNX Runtime's default spinning pools every plain switch is
-  slower, drone 48-63 against 31-33 ms, so that is not plain ONNX Runtime's better setting). One long stream of
-  frames on each side; a thread asks for another scenario at a random moment (1-3 frames after the previous
-  switch ended, so anywhere in a frame, never at a step boundary on purpose); Δ runs from the request to the
-  moment the caller holds the output of the frame that took it (``_Requests``: since 2026-11-29's fourth stop;
-  before, the first output of the scenario asked for, which could be an older frame's). Blocks of both sides
-  alternate. The difference of the
-  means in µs is printed beside it.
+  with every scenario's session loaded: ``sbrs bench --switching``'s harness (``sbrs.bench.switching``;
+  plain sessions on every core whose pools stop spinning when a call returns: with ONNX Runtime's default
+  spinning pools every plain switch is slower, drone 48-63 against 31-33 ms, so that is not plain ONNX
+  Runtime's better setting). A long stream of frames per side and round; a thread asks for another scenario at
+  a random moment 1-3 frames after the previous switch settled (anywhere in a frame, never at a step boundary
+  on purpose), every ordered pair once a round; Δ runs from the request to the moment the caller holds the
+  output of the frame that took it. The difference of the means in µs is printed beside it.
 - ``APP/first_output`` (ceiling): a fresh process's time to its first output, ``sbrs run`` from the app's build
   against a plain ONNX Runtime script loading every scenario's model (``benchmarks/startup.py``, bytecode
   cached as a user's interpreter has it; medians of ``STARTUP_REPEATS`` processes a side, quick or not);
@@ -43,17 +41,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
-import statistics
 import sys
-import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from sbrs.bench.floors import bounds_from_runs, check, load_bounds, verdict
 
@@ -80,10 +71,9 @@ MODELS = {
     "shufflenet_v2_x0_5-dynamic": TORCHVISION / "quantized" / "shufflenet_v2_x0_5-legacy-64-dynamic.onnx",
 }
 QUICK_MODELS = tuple(list(MODELS)[:5])
-#: Seconds of switching per side and app (drone: about 40 switches, tiny several hundred), and the bounds on
-#: the number of switches.
+#: Seconds of switching per side and app (drone: about 40 switches, tiny 300, ``sbrs.bench.switching``'s
+#: most), and the fewest rounds (each takes every ordered pair of scenarios once).
 SWITCH_BUDGET_S = 3.0
-SWITCH_SAMPLES = (12, 300)
 SWITCH_ROUNDS = 4
 #: The kind of bound of each figure, by the last part of its name.
 KINDS = {"throughput": "floor", "switch": "ceiling", "first_output": "ceiling", "peak_rss": "ceiling",
@@ -161,144 +151,19 @@ def throughput(path: str, prefix: str, frames: int, repeats: int) -> tuple[dict[
 # -- switching at random moments, as the caller sees it ------------------------------------------------------
 
 
-class _Requests:
-    """The thread that asks for switches: each at a random moment 1-3 frames of the current scenario after the
-    previous switch ended; ``delays`` are the caller's Δ. Plain ONNX Runtime's loop reports every output
-    (``held``: a switch ends at the first output of the scenario asked for); sbrs's reports every result
-    (``out``): its Δ ends at the output of the frame that took the request (the result carrying the switch's
-    record), and the switch at the output of every frame taken before that one. An older frame of the scenario
-    asked for may still be in flight when the request comes: on one stream the old frame of the previous SBRS-TP
-    switch (multi-cnn: a ResNet-50 frame, 30 ms, finishing 3-9 ms after MobileNet took over), on two streams a
-    frame stopped and run again. Counting its output ended such switches early (multi-cnn's Δ read 10.6-10.9 ms
-    where the frame that took the request came out after 20.5-22.4 ms); asking while it ran measured a switch
-    from inside another."""
-
-    def __init__(self, ask: Callable[[str], None], scenarios: list[str], start: str, frame_s: dict[str, float],
-                 count: int, rng: random.Random) -> None:
-        self.ask, self.scenarios, self.frame_s, self.count, self.rng = ask, scenarios, frame_s, count, rng
-        self.current = start
-        self.target: str | None = None
-        self.requested = 0.0
-        self.delays: list[float] = []
-        self.switched = threading.Event()
-        self.settled = threading.Event()
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="guard-requests", daemon=True)
-        self._first_not_out = 0  # sbrs's frames: every frame before it is out
-        self._out: set[int] = set()  # frames out after ``_first_not_out``
-        self._switch_frame: int | None = None  # the frame that took the request, until every frame before it is out
-
-    def _run(self) -> None:
-        for _ in range(self.count):
-            time.sleep(self.rng.uniform(1.0, 3.0) * self.frame_s[self.current])
-            target = self.rng.choice([s for s in self.scenarios if s != self.current])
-            self.switched.clear()
-            self.settled.clear()
-            self.target = target
-            self.requested = time.perf_counter()
-            self.ask(target)
-            if not (self.switched.wait(30.0) and self.settled.wait(30.0)):
-                break
-            self.current = target
-        self.done.set()
-
-    def held(self, scenario: str, *, settled: bool = True) -> None:
-        """The caller holds an output of ``scenario`` now (``settled``: nothing of the old scenario is in flight)."""
-        if scenario == self.target and not self.switched.is_set():
-            self.delays.append(time.perf_counter() - self.requested)
-            self.target = None
-            self.switched.set()
-        if settled:
-            self.settled.set()
-
-    def out(self, index: int, scenario: str, took_request: bool) -> None:
-        """sbrs's result of frame ``index`` on ``scenario`` is with the caller now; ``took_request``: the frame
-        took the request (its result carries the switch's record)."""
-        self._out.add(index)
-        while self._first_not_out in self._out:
-            self._out.remove(self._first_not_out)
-            self._first_not_out += 1
-        if took_request:
-            self._switch_frame = index
-            self.held(scenario, settled=False)
-        if self._switch_frame is not None and self._first_not_out > self._switch_frame:
-            self._switch_frame = None
-            self.settled.set()
-
-
-def _sbrs_switches(runtime: Any, frame: np.ndarray, requests: _Requests) -> None:
-    def frames() -> Iterator[np.ndarray]:
-        while not requests.done.is_set():
-            yield frame
-
-    runtime.switch(requests.current, "guard")
-    requests.thread.start()
-    for result in runtime.process(frames()):
-        requests.out(result.index, result.scenario, result.switch is not None)
-
-
-def _ort_switches(sessions: dict[str, Any], feed: str, frame: np.ndarray, requests: _Requests) -> None:
-    wanted = [requests.current]
-    requests.ask = lambda name: wanted.__setitem__(0, name)
-    requests.thread.start()
-    while not requests.done.is_set():
-        name = wanted[0]  # the frame boundary: a request made during the frame takes effect here
-        sessions[name].run(None, {feed: frame})
-        requests.held(name)
-
-
 def switching(path: str, app: str, seed: int = 0) -> tuple[dict[str, float], list[str]]:
-    from sbrs.app import load_app
-    from sbrs.model.input_size import plain_model_file
-    from sbrs.ort_env import create_session
-    from sbrs.runtime import runtime_for
+    """sbrs's mean Δ over plain ONNX Runtime's with every session loaded: ``sbrs bench --switching``'s harness
+    (``sbrs.bench.switching``: requests at random moments of a running stream, every ordered pair in each
+    round, the sides interleaved), about ``SWITCH_BUDGET_S`` of switches per side."""
+    from sbrs.bench.switching import measure_switching
 
-    loaded = load_app(path)
-    config = loaded.config
-    frame = np.random.default_rng(seed).standard_normal(config.input.shape).astype(config.input.dtype)
-    scratch = tempfile.TemporaryDirectory(prefix="sbrs-guard-")
-    files = {s.name: plain_model_file(s.model_path, config.input.shape, s.input_size, scratch.name)
-             for s in config.scenarios}
-    del loaded
-    rng = random.Random(seed)
-    with scratch, runtime_for(path) as runtime:
-        # plain sessions of the scenarios' files, their pools stopping to spin when a call returns: ONNX Runtime's
-        # default sessions keep spinning, and on two cores the idle pools of the other sessions make every switch
-        # slower (drone, quiet: Δ 48-63 ms against 31-33 ms) and slow whatever runs beside them in this process
-        sessions = {name: create_session(file, ("CPUExecutionProvider",), threads=runtime.thread_pool.count)
-                    for name, file in files.items()}
-        feed = next(iter(sessions.values())).get_inputs()[0].name
-        frame_s = {}
-        for name, session in sessions.items():  # warm both sides; ORT's frame time paces the requests
-            runtime.switch(name)
-            for _ in range(3):
-                runtime.infer(frame)
-            times = []
-            for _ in range(5):
-                start = time.perf_counter()
-                session.run(None, {feed: frame})
-                times.append(time.perf_counter() - start)
-            frame_s[name] = statistics.median(times)
-        scenarios = list(sessions)
-        per_switch = 3 * statistics.fmean(frame_s.values())
-        count = int(min(SWITCH_SAMPLES[1], max(SWITCH_SAMPLES[0], SWITCH_BUDGET_S / per_switch)) // SWITCH_ROUNDS)
-        delays: dict[str, list[float]] = {"sbrs": [], "ort": []}
-        start = scenarios[0]
-        for round_ in range(SWITCH_ROUNDS):
-            for side in (("sbrs", "ort") if round_ % 2 == 0 else ("ort", "sbrs")):
-                requests = _Requests(runtime.switch, scenarios, start, frame_s, count, rng)
-                if side == "sbrs":
-                    _sbrs_switches(runtime, frame, requests)
-                else:
-                    _ort_switches(sessions, feed, frame, requests)
-                requests.thread.join()
-                delays[side].extend(requests.delays)
-        streams = runtime.memory_report().get("streams", 1)
-    sbrs_mean, ort_mean = statistics.fmean(delays["sbrs"]), statistics.fmean(delays["ort"])
+    report = measure_switching(path, repeats=SWITCH_ROUNDS, methods=("sbrs-tp", "ort-all"), seed=seed,
+                               budget_s=SWITCH_BUDGET_S)
+    sbrs_mean, ort_mean = report["overall"]["sbrs-tp"]["mean_s"], report["overall"]["ort-all"]["mean_s"]
     figures = {f"{app}/switch": round(sbrs_mean / ort_mean, 4)}
     notes = [f"{app}/switch: Δ sbrs {sbrs_mean * 1e3:.3f} ms, ORT all loaded {ort_mean * 1e3:.3f} ms "
-             f"({(sbrs_mean - ort_mean) * 1e6:+.0f} µs), {len(delays['sbrs'])}/{len(delays['ort'])} switches, "
-             f"{streams} stream(s)"]
+             f"({(sbrs_mean - ort_mean) * 1e6:+.0f} µs), {report['repeats'] * len(report['pairs'])} switches a side, "
+             f"{report['streams']} stream(s)"]
     return figures, notes
 
 

@@ -281,7 +281,8 @@ def first_outputs(units_app: Path, one_app: Path, repeats: int) -> dict[str, flo
 def against_plain(units_app: Path, one_app: Path, frames: int, repeats: int) -> dict[str, Any]:
     """Throughput per scenario and switch Δ against plain ONNX Runtime, each build in its own run, and time to
     first output (module docstring, 4)."""
-    from sbrs.bench.bench import measure_switching, measure_throughput
+    from sbrs.bench.bench import measure_throughput
+    from sbrs.bench.switching import measure_switching
 
     row: dict[str, Any] = {"first_output_s": first_outputs(units_app, one_app, repeats)}
     for side, path in (("units", units_app), ("one", one_app)):

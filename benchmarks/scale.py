@@ -12,12 +12,12 @@ order. For each N (default 5, 15, 30 and 60), in one run:
 - run: ``sbrs run APP --frames F --no-socket`` in a fresh process (``sbrs.bench.probe``'s ``run`` mode): the
   time to its first output line and its peak RSS; beside it plain ONNX Runtime running the initial member's
   model alone (probe ``ort``, the app's threads);
-- switch: Δ of ``--pairs`` ordered pairs o → n drawn at random, each requested at a random moment of a frame of
-  o (uniform over sbrs' median frame time of o) by another thread while frames stream on o, measured as the
-  caller sees it: from the request to the moment the caller holds the first output of n (``sbrs bench
-  --switching``'s measurement, ``sbrs.bench.bench.sbrs_delay``). Beside it what a plain ONNX Runtime user who
-  cannot hold sixty sessions does: create the new member's session at the frame boundary and run the frame
-  (``ort-load``, the same delays, in alternating order).
+- switch: Δ of ``--pairs`` switches along a random walk over the members, each requested by another thread at a
+  random moment 1-3 frames of the current member (sbrs' median frame time) into a running stream of frames,
+  measured as the caller sees it: from the request to the moment the caller holds the output of the frame that
+  took it (``sbrs bench --switching``'s harness, ``sbrs.bench.switching``). Beside it what a plain ONNX Runtime
+  user who cannot hold sixty sessions does: create the new member's session at the frame boundary and run the
+  frame (``ort-load``, the same walk and moments, in alternating order).
 
 With ``--repeats R`` builds and runs are repeated in rounds over the sizes, so that a drift of the shared
 machine hits every size alike, and medians are reported. Then: the largest build's time over the 15-member
@@ -136,11 +136,13 @@ def run_once(app: Path, frames: int) -> dict[str, float]:
 
 
 def switch_delays(app: Path, pairs: int, seed: int) -> dict[str, float]:
-    """Δ of ``pairs`` random ordered pairs, sbrs and ``ort-load`` (module docstring), as the caller sees it."""
+    """Δ of ``pairs`` switches on a random walk over the scenarios, sbrs and ``ort-load`` (module docstring), as the
+    caller sees it: ``sbrs bench --switching``'s harness (``sbrs.bench.switching``), requests at random moments of
+    a running stream, the walk split in two rounds whose sides run in alternate order."""
     import numpy as np
 
     from sbrs.app.config import load_app_config
-    from sbrs.bench.bench import Requester, ort_delay, sbrs_delay
+    from sbrs.bench.switching import REQUEST_AFTER_FRAMES, Requests, ort_switches, sbrs_switches
     from sbrs.model.input_size import plain_model_file
     from sbrs.ort_env import create_session
     from sbrs.runtime import runtime_for
@@ -148,11 +150,13 @@ def switch_delays(app: Path, pairs: int, seed: int) -> dict[str, float]:
     config = load_app_config(str(app))
     names = [s.name for s in config.scenarios]
     rng = random.Random(seed)
-    chosen = [tuple(rng.sample(names, 2)) for _ in range(pairs)]
+    walk = [names[0]]
+    for _ in range(pairs):
+        walk.append(rng.choice([n for n in names if n != walk[-1]]))
+    waits = [rng.uniform(*REQUEST_AFTER_FRAMES) for _ in range(pairs)]
     shape, dtype = config.input.shape, config.input.dtype
     frame = np.random.default_rng(seed).standard_normal(shape).astype(dtype)
-    sbrs_samples: list[float] = []
-    ort_samples: list[float] = []
+    samples: dict[str, list[float]] = {"sbrs": [], "ort": []}
     with tempfile.TemporaryDirectory(prefix="sbrs-scale-") as scratch, runtime_for(app) as runtime:
         paths = {s.name: plain_model_file(s.model_path, shape, s.input_size, scratch) for s in config.scenarios}
         threads = runtime.thread_pool.count
@@ -162,7 +166,7 @@ def switch_delays(app: Path, pairs: int, seed: int) -> dict[str, float]:
 
         feed_name = load(names[0]).get_inputs()[0].name
         frame_s: dict[str, float] = {}
-        for name in dict.fromkeys(name for pair in chosen for name in pair):
+        for name in dict.fromkeys(walk):
             runtime.switch(name, "bench")
             runtime.infer(frame)  # the first frame of a scenario sets up its bindings
             times = []
@@ -171,21 +175,23 @@ def switch_delays(app: Path, pairs: int, seed: int) -> dict[str, float]:
                 runtime.infer(frame)
                 times.append(time.perf_counter() - start)
             frame_s[name] = statistics.median(times)
-        requester = Requester()
-        try:
-            for index, (old, new) in enumerate(chosen):
-                delay = rng.uniform(0.0, frame_s[old])
-                sides = [("sbrs", lambda o=old, n=new, d=delay: sbrs_delay(runtime, o, n, frame, d, "sbrs-tp",
-                                                                           requester)[0]),
-                         ("ort", lambda o=old, n=new, d=delay: ort_delay({}, o, n, feed_name, frame, d, load,
-                                                                         requester))]
-                for side, measure in sides if index % 2 == 0 else reversed(sides):
-                    (sbrs_samples if side == "sbrs" else ort_samples).append(measure())
-        finally:
-            requester.close()
+        half = pairs // 2
+        for round_, (first, last) in enumerate(((0, half), (half, pairs))):
+            sides = ["sbrs", "ort"] if round_ % 2 == 0 else ["ort", "sbrs"]
+            for side in sides:
+                requests = Requests(walk[first], walk[first + 1:last + 1], waits[first:last], frame_s)
+                if side == "sbrs":
+                    sbrs_switches(runtime, frame, requests, "sbrs-tp")
+                else:
+                    ort_switches({}, feed_name, frame, requests, load=load)
+                requests.stop()
+                if requests.failed is not None:
+                    raise SystemExit(f"scale: the switch {requests.failed} ({side}) did not end")
+                samples[side].extend(delay for _, _, delay, _ in requests.switches)
+    sbrs_samples, ort_samples = samples["sbrs"], samples["ort"]
     return {"switch_mean_s": statistics.fmean(sbrs_samples), "switch_p95_s": _p95(sbrs_samples),
             "ort_load_mean_s": statistics.fmean(ort_samples), "ort_load_p95_s": _p95(ort_samples),
-            "frame_s": statistics.fmean(frame_s[new] for _, new in chosen)}
+            "frame_s": statistics.fmean(frame_s[new] for new in walk[1:])}
 
 
 def _p95(samples: list[float]) -> float:

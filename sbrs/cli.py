@@ -328,7 +328,8 @@ def stop_on_signals(stop: threading.Event) -> Iterator[None]:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from sbrs.bench.bench import bench_app, format_report, format_switching, measure_switching
+    from sbrs.bench.bench import bench_app, format_report
+    from sbrs.bench.switching import format_switching, measure_switching
 
     if args.switching:
         report = measure_switching(args.app, repeats=args.repeats or 10, granularity=args.granularity,

@@ -108,7 +108,8 @@ def read_switching(path: str | Path, app_name: str) -> dict[str, Any]:
 def measure(app_path: str, *, bench: bool, switching: bool) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """Short runs of ``sbrs bench`` (with device memory) and ``sbrs bench --switching`` for ``sbrs report
     --measure``: enough for pictures, not for figures to quote (``sbrs bench`` with its defaults is)."""
-    from sbrs.bench.bench import bench_app, measure_switching
+    from sbrs.bench.bench import bench_app
+    from sbrs.bench.switching import measure_switching
 
     measured = switched = None
     if bench:
