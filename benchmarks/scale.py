@@ -255,8 +255,9 @@ def format_table(report: dict[str, Any]) -> str:
                      f" {row['run_peak'] / 1e6:>11.0f} {row['ort_peak'] / 1e6:>14.0f} {switch:>15} {ort:>15}"
                      f" {frame:>8}")
     summary = report["summary"]
-    lines.append("switch Δ: mean (p95) over the random pairs, request to the first output of the new member as the "
-                 "caller holds it; ort-load: a plain ONNX Runtime user creating the new member's session then")
+    lines.append("switch Δ: mean (p95) over a random walk's switches, request to the output of the frame that took "
+                 "it, as the caller holds it; ort-load: a plain ONNX Runtime user creating the new member's session "
+                 "then")
     ratio = next((key for key in summary if key.startswith("build_") and key.endswith("_over_build_15")), None)
     if ratio is not None:
         lines.append(f"build {ratio.split('_')[1]} / build 15: {summary[ratio]:.2f} (linear: "
