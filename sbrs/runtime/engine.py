@@ -71,7 +71,6 @@ from sbrs.runtime.device import ArenaMemory, device_of
 from sbrs.runtime.events import Observers, RunObserver
 from sbrs.runtime.program import Program, app_program, build_program, models_program, runtime_options
 from sbrs.runtime.runner import Frame, FrameResult, FrameRunner, OldFrame
-from sbrs.runtime.streams import Streams, process_in_streams
 from sbrs.runtime.switching import (
     TERMINATED,
     Lookahead,
@@ -93,6 +92,7 @@ if TYPE_CHECKING:
     from sbrs.compile.tables import TransitionPlan
     from sbrs.compile.units import UnitPlan
     from sbrs.model.cnn import CnnModel
+    from sbrs.runtime.streams import Streams
 
 #: The order ``Runtime.process`` yields results in: as their outputs exist, or as the frames came.
 RESULT_ORDERS: tuple[str, ...] = ("completion", "stream")
@@ -222,6 +222,8 @@ class Runtime:
                                       record_accesses=False)
                 return bind_plan(plan, self._sessions, arena, self.device,  # type: ignore[arg-type]
                                  config.input.name, run_options)
+
+            from sbrs.runtime.streams import Streams  # only a runtime on band streams loads them
 
             self._streams = Streams(streams, bound, self._arena, self._run_options, plan.arena_bytes,
                                     plan.alignment, bind, self.device)
@@ -458,6 +460,8 @@ class Runtime:
         frame at a time and runs on stream 0 alone."""
         runner = self.runner
         if self._streams is not None and inject is None:
+            from sbrs.runtime.streams import process_in_streams
+
             yield from process_in_streams(runner, self._streams, frames, order)
             return
         lookahead = Lookahead(iter(frames), runner.checked_frame)
