@@ -14,7 +14,8 @@ Every figure is a ratio to plain ONNX Runtime measured in the same run, interlea
   Runtime's better setting). A long stream of frames per side and round; a thread asks for another scenario at
   a random moment 1-3 frames after the previous switch settled (anywhere in a frame, never at a step boundary
   on purpose), every ordered pair once a round; Δ runs from the request to the moment the caller holds the
-  output of the frame that took it. The difference of the means in µs is printed beside it.
+  output of the frame that took it. Each app in a fresh process (``switching``). The difference of the means in
+  µs is printed beside it.
 - ``APP/first_output`` (ceiling): a fresh process's time to its first output, ``sbrs run`` from the app's build
   against a plain ONNX Runtime script loading every scenario's model (``benchmarks/startup.py``, bytecode
   cached as a user's interpreter has it; medians of ``STARTUP_REPEATS`` processes a side, quick or not);
@@ -41,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -154,17 +156,31 @@ def throughput(path: str, prefix: str, frames: int, repeats: int) -> tuple[dict[
 def switching(path: str, app: str, seed: int = 0) -> tuple[dict[str, float], list[str]]:
     """sbrs's mean Δ over plain ONNX Runtime's with every session loaded: ``sbrs bench --switching``'s harness
     (``sbrs.bench.switching``: requests at random moments of a running stream, every ordered pair in each
-    round, the sides interleaved), about ``SWITCH_BUDGET_S`` of switches per side."""
-    from sbrs.bench.switching import measure_switching
-
-    report = measure_switching(path, repeats=SWITCH_ROUNDS, methods=("sbrs-tp", "ort-all"), seed=seed,
-                               budget_s=SWITCH_BUDGET_S)
+    round, the sides interleaved), about ``SWITCH_BUDGET_S`` of switches per side, in a fresh process of its own
+    (``SWITCH_CHILD``): after another app's measurement in the same process, plain ONNX Runtime's Δ on pamap2 read
+    0.28-0.48 ms where a process of its own reads 0.23 (docs/MEASUREMENTS.md); sbrs's did not move."""
+    arguments = json.dumps({"path": path, "seed": seed, "repeats": SWITCH_ROUNDS, "budget_s": SWITCH_BUDGET_S})
+    child = subprocess.run([sys.executable, "-P", "-c", SWITCH_CHILD, arguments], capture_output=True, text=True,
+                           check=False)
+    if child.returncode != 0:
+        raise SystemExit(f"guard: the switching of {app} failed: {child.stderr.strip().splitlines()[-1:]}")
+    report = json.loads(child.stdout)
     sbrs_mean, ort_mean = report["overall"]["sbrs-tp"]["mean_s"], report["overall"]["ort-all"]["mean_s"]
     figures = {f"{app}/switch": round(sbrs_mean / ort_mean, 4)}
     notes = [f"{app}/switch: Δ sbrs {sbrs_mean * 1e3:.3f} ms, ORT all loaded {ort_mean * 1e3:.3f} ms "
              f"({(sbrs_mean - ort_mean) * 1e6:+.0f} µs), {report['repeats'] * len(report['pairs'])} switches a side, "
              f"{report['streams']} stream(s)"]
     return figures, notes
+
+
+#: The child process of ``switching``: its argument is a JSON object of ``measure_switching``'s options.
+SWITCH_CHILD = """
+import json, sys
+from sbrs.bench.switching import measure_switching
+options = json.loads(sys.argv[1])
+print(json.dumps(measure_switching(options["path"], repeats=options["repeats"], methods=("sbrs-tp", "ort-all"),
+                                  seed=options["seed"], budget_s=options["budget_s"])))
+"""
 
 
 # -- start-up and memory of a fresh process ----------------------------------------------------------------

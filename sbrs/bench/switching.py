@@ -54,6 +54,11 @@ SWITCH_METHODS: tuple[str, ...] = (*DEFAULT_SWITCH_METHODS, "sbrs-cancel", "ort-
 MAX_SWITCH_S = 5.0
 #: Each request comes this many frames of the current scenario (a uniform draw) after the previous one settled.
 REQUEST_AFTER_FRAMES = (1.0, 3.0)
+#: A block's first request waits this many frames of the first scenario, and at least ``BLOCK_WARM_UP_S``, besides
+#: its own wait: a stream of frames just begun (worker threads starting, buffers first touched) is the moment a
+#: running application does not have, and on frames of 0.1 ms 1-3 frames after the start is within it.
+BLOCK_WARM_UP_FRAMES = 8
+BLOCK_WARM_UP_S = 2e-3
 #: With a time budget (``measure_switching(budget_s=...)``), at most this many switches per method.
 MAX_SWITCHES = 300
 
@@ -79,7 +84,8 @@ class Requests:
 
     The frame loop's driver sets ``ask(target)``, which makes a request, and reports what the caller holds:
     plain ONNX Runtime's every output (``held``), sbrs's every result (``out``). ``waits[i]``: how many frames
-    of the current scenario the i-th request comes after the previous switch settled. ``switches``: (old, new,
+    of the current scenario the i-th request comes after the previous switch settled (the first, after the
+    block's warm-up, ``BLOCK_WARM_UP_FRAMES``). ``switches``: (old, new,
     caller's Δ, the runtime's own record of Δ or None) per switch. ``failed``: the pair of a switch that did
     not end within ``MAX_SWITCH_S``, or None."""
 
@@ -113,6 +119,9 @@ class Requests:
 
     def _run(self) -> None:
         try:
+            warm_up_s = max(BLOCK_WARM_UP_S, BLOCK_WARM_UP_FRAMES * self.frame_s[self.current])
+            if self._stopped.wait(warm_up_s):
+                return
             for target, wait in zip(self.targets, self.waits, strict=True):
                 if self._stopped.wait(wait * self.frame_s[self.current]):
                     return
