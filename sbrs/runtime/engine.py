@@ -100,6 +100,9 @@ RESULT_ORDERS: tuple[str, ...] = ("completion", "stream")
 #: scenario, cancel it and run that frame again from its start on the new one (``switching.cancelling``), or
 #: stop it and continue that frame on the new one from the layers both share (``switching.resuming``).
 ON_SWITCH: tuple[str, ...] = ("finish", "cancel", "resume")
+#: Units on two streams get sessions of the runtime's threads for a switch's frame on both cores where a
+#: scenario's frame on one stream (the build's timing) takes at least this long (seconds).
+BOTH_CORES_MIN_FRAME_S = 2e-3
 
 
 class Runtime:
@@ -192,6 +195,25 @@ class Runtime:
                                                  warm=key in whole_frames)
             if program.release:
                 release_free_memory()
+        # Units on two streams on the CPU: every unit has a second session on the runtime's threads, for a switch
+        # that finds every stream busy. It stops their frames and runs its own on both cores (``Streams.stop_for``):
+        # detect on two streams then switched at 0.81-0.95 of plain ONNX Runtime's Δ against 1.11-1.13 with the
+        # streams' one-thread sessions, which ran it at one core's speed beside the other frame
+        # (docs/MEASUREMENTS.md, "Two streams whose switch stops both frames").
+        # Only where frames are long enough for it (``BOTH_CORES_MIN_FRAME_S``, by the build's timing of the
+        # streams; an app that asks for two streams is not timed): on cifar10's frames of 0.5-0.8 ms the stops and
+        # the second sessions' waking made switches slower (1.84 against 1.19-1.29 ms).
+        self._switch_sessions: dict[str, ort.InferenceSession] = {}
+        long_frames = program.longest_frame_s is None or program.longest_frame_s >= BOTH_CORES_MIN_FRAME_S
+        if (streams > 1 and long_frames and plan.execution == "units" and self.device == "cpu"
+                and self.thread_pool.count > 1):
+            for key in self._session_keys:
+                count = self.thread_pool.count
+                self._switch_sessions[key] = create_session(program.model(key), self.providers,
+                                                            threads=min(count, program.unit_threads.get(key, count)),
+                                                            scope=self.thread_pool.scope, optimized=program.optimized)
+                if program.release:
+                    release_free_memory()
         self._arena = ArenaMemory(plan.arena_bytes, self.device, plan.alignment)
         # the app as one graph (``runtime.session: one``) binds its one session per scenario; imported only then
         # (with the one graph's plan: 20 ms of a units app's start)
@@ -223,10 +245,15 @@ class Runtime:
                 return bind_plan(plan, self._sessions, arena, self.device,  # type: ignore[arg-type]
                                  config.input.name, run_options)
 
+            def bind_on_both_cores(arena: ArenaMemory, run_options: ort.RunOptions) -> Bound:
+                return bind_plan(plan, self._switch_sessions, arena, self.device,  # type: ignore[arg-type]
+                                 config.input.name, run_options)
+
             from sbrs.runtime.streams import Streams  # only a runtime on band streams loads them
 
             self._streams = Streams(streams, bound, self._arena, self._run_options, plan.arena_bytes,
-                                    plan.alignment, bind, self.device)
+                                    plan.alignment, bind, self.device,
+                                    bind_on_both_cores if self._switch_sessions else None)
             self._frame_lock = self._streams.locks[0]  # stream 0's arena is the runtime's own
         self.runner.transition_starts = transition_starts(self.runner)
         # under ``resume``: where a frame stopped on o continues on n (``sbrs.compile.transitions.ResumeTable``),
@@ -304,8 +331,11 @@ class Runtime:
         step, pending = runner.in_flight, self.node.pending
         first = None if pending is None else runner.preempt_from.get((self.node.scenario, pending.scenario))
         self._run_options.terminate = cancel and step > 0 and first is not None and step >= first
-        if cancel and pending is not None and self._streams is not None:
-            self._streams.stop_for(pending.scenario)
+        if self._streams is not None:
+            if cancel and pending is not None:
+                self._streams.stop_for(pending.scenario)
+            else:  # taken or dropped: a stop under way on stream 0, whose options these are, stays
+                self._streams.renew_stops()
 
     def _interrupt_resume(self, cancel: bool) -> None:
         """The control node's ``interrupt`` under ``on_switch: resume`` (called under its lock): as ``_interrupt``,
@@ -596,6 +626,7 @@ class Runtime:
             runner.copy_in.clear()
             runner.copy_out.clear()
             self._sessions.clear()
+            self._switch_sessions.clear()
         self.node.halt()
 
     def __enter__(self) -> Runtime:

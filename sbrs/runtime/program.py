@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sbrs.compile.tables import TRANSITION_MODES
 from sbrs.errors import InputError
@@ -43,7 +43,8 @@ class Program:
     near one unit's copies). ``footprint``: the plan of what the runtime holds (``sbrs.compile.footprint``).
     ``unit_threads``: the units the build measured faster on fewer threads (``sbrs.compile.unit_threads``).
     ``streams``: the streams the build chose for ``runtime.streams: auto`` (``sbrs.compile.unit_streams``; None:
-    no build, one stream). A runtime keeps nothing of its program but the plan, tables and figures."""
+    no build, one stream). ``longest_frame_s``: the longest frame of a scenario on one stream as the build timed it
+    for that choice (None: not timed). A runtime keeps nothing of its program but the plan, tables and figures."""
 
     plan: UnitPlan | PartsPlan
     transitions: TransitionPlan
@@ -55,6 +56,7 @@ class Program:
     footprint: Footprint | None = None
     unit_threads: Mapping[str, int] = field(default_factory=dict)
     streams: int | None = None
+    longest_frame_s: float | None = None
 
 
 def runtime_options(config: AppConfig, transition: str | None, transition_arena: str | None,
@@ -165,7 +167,15 @@ def build_program(build: LoadedBuild, *, granularity: str | None, transition: st
                          f"options wanted or load the app", field="build")
     return Program(plan, transitions, build.model_bytes, build.unit_path, build.shadow,
                    optimized=build.optimized_here, release=True, footprint=build.footprint,
-                   unit_threads=build.unit_threads, streams=build.streams), mode
+                   unit_threads=build.unit_threads, streams=build.streams,
+                   longest_frame_s=longest_frame_s(build.streams_choice)), mode
+
+
+def longest_frame_s(choice: Mapping[str, Any] | None) -> float | None:
+    """The longest frame on one stream among the scenarios' figures of a build's streams choice (None: none)."""
+    figures = (choice or {}).get("figures") or {}
+    times = [float(row["one_stream_s"]) for row in figures.values() if row.get("one_stream_s") is not None]
+    return max(times) if times else None
 
 
 def models_program(models: Mapping[str, CnnModel], band_rows: Mapping[str, Mapping[str, int]] | None, *,

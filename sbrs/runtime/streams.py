@@ -17,7 +17,9 @@ once" has, which beats a two-thread session on models whose layers parallelise p
 Switching needs no transition room: the frame a request is taken for starts on the stream that is free while
 the other stream's frame finishes on the old scenario; their buffers never meet. Where no stream is free and the
 frames in flight have long enough left, the youngest is stopped for the request and runs again after the switch's
-frame, on its stream (``Streams.stop_for``). Results come back one per frame, in stream order (``completion``: a
+frame, on its stream (``Streams.stop_for``); where the runtime made sessions of its threads for it (units whose
+frames take 2 ms or more), every frame in flight is stopped and the switch's frame runs on both cores, the other
+streams waiting, then the stopped frames run again. Results come back one per frame, in stream order (``completion``: a
 switch's new frame may pass the old ones), as from the one-stream loop. ``infer`` runs on stream 0 and waits for
 its frame in flight.
 """
@@ -59,6 +61,15 @@ MAX_CALLER_AWAY_S = 10e-6
 #: on cifar10 (0.5-1.2 ms) 1.28-1.32 against 1.47-1.48 ms.
 MIN_LEFT_S = 200e-6
 
+#: A switch stops every stream's frame and runs its own on both cores (where the runtime made sessions for it) only
+#: where every frame in flight has this long left (seconds); else it stops the younger alone. The stops, and the
+#: sessions of the switch's frame waking, cost a few tenths of a ms.
+BOTH_CORES_MIN_LEFT_S = 1e-3
+
+#: The longest a stream's worker waits, before its next frame, for a switch's frame on both cores
+#: (``Streams.wait_for_solo``); such a frame takes one frame's time at most.
+SOLO_WAIT_S = 1.0
+
 #: A frame's computed outputs, with the times its stream started and finished it.
 Computed = tuple[dict[str, np.ndarray], float, float]
 
@@ -91,11 +102,19 @@ class Streams:
     run, by its scenario's last frame on the streams: a stopped call takes 0.1-0.2 ms to return, so on shorter
     waits the stop costs more than it saves. Which frames run, and which one is stopped, is read
     and written under one lock with each stream's ``terminate``, so a flag never outlives the frame it was set for.
+
+    With ``bind_on_both_cores`` (the plan bound, per stream, to sessions with the runtime's threads: ``both_cores``),
+    a request that finds every stream running a stoppable frame of another scenario with ``BOTH_CORES_MIN_LEFT_S``
+    left stops them all. The first stopped worker (``solo_role``: ``"run"``) takes the next frame, which took the
+    request, and runs it on both cores; the others (``"wait"``) and every worker about to take a frame wait until it
+    ran (``solo_done``, ``wait_for_solo``), then the stopped frames run again, whole. One stream's frame running
+    beside the switch's would hold one of its two threads back, and one thread of the streams' own sessions runs
+    the switch's frame at one core's speed.
     """
 
     def __init__(self, count: int, first: Bound, first_arena: ArenaMemory, first_options: ort.RunOptions,
                  arena_bytes: int, alignment: int, bind: Callable[[ArenaMemory, ort.RunOptions], Bound],
-                 device: str) -> None:
+                 device: str, bind_on_both_cores: Callable[[ArenaMemory, ort.RunOptions], Bound] | None = None) -> None:
         self.arenas = [first_arena]
         self.bounds = [first]
         self.run_options = [first_options]
@@ -110,17 +129,25 @@ class Streams:
         self._running: list[_InFlight | None] = [None] * count  # per stream, the frame it runs now
         self._stopping: list[bool] = [False] * count
         self._frame_s: dict[str, float] = {}  # per scenario, its last frame's time on a stream
+        #: Per stream, the plan bound to its arena on sessions with the runtime's threads (None: none were made):
+        #: where a switch's frame runs on both cores once every stream's frame was stopped for it.
+        self.both_cores = (None if bind_on_both_cores is None else
+                           [bind_on_both_cores(arena, options) for arena, options in zip(self.arenas, self.run_options,
+                                                                                          strict=True)])
+        self._solo: set[int] = set()  # streams stopped for a switch on both cores whose workers have not seen it
+        self._solo_claimed = False  # a worker runs (or ran) that switch's frame
+        self._solo_free = threading.Event()  # clear from such a stop until the switch's frame ran
+        self._solo_free.set()
 
     def stop_for(self, scenario: str) -> None:
         """A request for ``scenario`` is pending: where every stream runs a frame with ``MIN_LEFT_S`` or more left, stop
-        the youngest of them if it may be stopped and runs another scenario (never an older one: the frames after
-        it would wait for it, holding their slots). One frame per switch: a later request renews the same stop. Any
-        thread; cheap (the control node calls it under its lock)."""
+        the youngest of them if it may be stopped and runs another scenario (never an older one alone: the frames
+        after it would wait for it, holding their slots), or, with ``both_cores`` and every frame stoppable, of
+        another scenario and ``BOTH_CORES_MIN_LEFT_S`` from its end, all of them (class docstring). One stop per
+        switch: a later request renews the same stop. Any thread; cheap (the control node calls it under its
+        lock)."""
         with self._stop_lock:
-            if any(self._stopping):  # set again: stream 0's options are the runtime's, which each request rewrites
-                for stream, stopping in enumerate(self._stopping):  # (``Runtime._interrupt_step``, one stream's)
-                    if stopping:
-                        self.run_options[stream].terminate = True
+            if self._renew_stops():
                 return
             if any(frame is None for frame in self._running):
                 return  # a free stream takes the request with its next frame
@@ -128,6 +155,17 @@ class Streams:
             now = time.perf_counter()
             if any(self._frame_s.get(f.scenario, 0.0) - (now - f.began) < MIN_LEFT_S for f in running):
                 return  # a stream is free about as soon as a stop would free one
+            if self.both_cores is not None and all(
+                    f.stoppable and f.scenario != scenario
+                    and self._frame_s.get(f.scenario, 0.0) - (now - f.began) >= BOTH_CORES_MIN_LEFT_S
+                    for f in running):
+                self._solo = set(range(len(running)))  # every frame stops; the switch's runs on both cores
+                self._solo_claimed = False
+                self._solo_free.clear()
+                for stream in range(len(running)):
+                    self._stopping[stream] = True
+                    self.run_options[stream].terminate = True
+                return
             stream = max(range(len(running)), key=lambda s: running[s].index)
             if running[stream].stoppable and running[stream].scenario != scenario:
                 self._stopping[stream] = True
@@ -141,12 +179,48 @@ class Streams:
     def nbytes(self) -> int:
         return sum(int(a.nbytes) for a in self.arenas)
 
+    def renew_stops(self) -> None:
+        """Set the stop of every frame still to stop again: stream 0's options are the runtime's, which each
+        request, and each request taken, rewrites (``Runtime._interrupt_step``)."""
+        with self._stop_lock:
+            self._renew_stops()
+
+    def _renew_stops(self) -> bool:
+        for stream, stopping in enumerate(self._stopping):
+            if stopping:
+                self.run_options[stream].terminate = True
+        return any(self._stopping)
+
+    def solo_role(self, stream: int) -> str | None:
+        """What the worker of ``stream``, whose frame a switch just stopped, does: ``"run"`` the switch's frame on
+        both cores (the first stopped stream to ask), ``"wait"`` while another stream runs it
+        (``wait_for_solo``), or None where the stop was for the younger frame alone."""
+        with self._stop_lock:
+            if stream not in self._solo:
+                return None
+            self._solo.discard(stream)
+            if self._solo_claimed:
+                return "wait"
+            self._solo_claimed = True
+            return "run"
+
+    def solo_done(self) -> None:
+        """The switch's frame on both cores ran (or none took the request): the other streams go on."""
+        self._solo_free.set()
+
+    def wait_for_solo(self) -> None:
+        """Return once no switch's frame is due or running on both cores (a worker waits before its next frame).
+        At most ``SOLO_WAIT_S``: a frame would then run beside it, slower, never held back for good."""
+        if not self._solo_free.is_set():
+            self._solo_free.wait(SOLO_WAIT_S)
+
     def _run(self, stream: int, scenario: str, arrays: Mapping[str, np.ndarray],
-             frame: tuple[int, bool] | None = None) -> Computed:
+             frame: tuple[int, bool] | None = None, on_both_cores: bool = False) -> Computed:
         """``arrays`` run on ``scenario`` on ``stream``, under its lock. ``frame`` (its index, and whether a switch
         may stop it): the frame is registered for ``stop_for`` while it runs, and one it stopped raises
-        ``FrameStopped``."""
-        bound = self.bounds[stream]
+        ``FrameStopped``. ``on_both_cores``: on the sessions of the runtime's threads (``both_cores``)."""
+        bound = self.both_cores[stream] if on_both_cores and self.both_cores is not None else self.bounds[stream]
+        stopped = False
         with self.locks[stream]:
             begin = time.perf_counter()
             if frame is not None:
@@ -159,11 +233,12 @@ class Streams:
                     call()
                 outputs = {name: copy() for name, copy in bound.copy_out[scenario].items()}
                 end = time.perf_counter()
-                if frame is not None:
+                if frame is not None and not on_both_cores:
                     self._frame_s[scenario] = end - begin
                 return outputs, begin, end
             except Exception as error:  # onnxruntime raises RuntimeError (IOBinding) or its own Fail for it
                 if frame is not None and self._stopping[stream] and TERMINATED in str(error):
+                    stopped = True
                     raise FrameStopped(f"frame {frame[0]} stopped for a switch") from error
                 raise
             finally:
@@ -172,6 +247,10 @@ class Streams:
                         self._running[stream] = None
                         self._stopping[stream] = False
                         self.run_options[stream].terminate = False
+                        if not stopped and stream in self._solo:  # it ended before the stop took: not stopped
+                            self._solo.discard(stream)
+                            if not self._solo and not self._solo_claimed:
+                                self._solo_free.set()
 
 
 @dataclass
@@ -298,13 +377,16 @@ def process_in_streams(runner: FrameRunner, streams: Streams, frames: Iterable[F
     done: SimpleQueue[_Taken | int] = SimpleQueue()  # a computed frame, or a worker's stream when it ends
     run = streams._run
 
-    def compute(stream: int, taken: _Taken, *, stoppable: bool = False, seen: bool = True) -> bool:
+    def compute(stream: int, taken: _Taken, *, stoppable: bool = False, seen: bool = True,
+                on_both_cores: bool = False) -> bool:
         """``taken`` run on ``stream``, its outputs (or the error it raised) kept for its turn; False where a switch
         stopped it (``Streams.stop_for``, only where ``stoppable``): it is to run again. ``seen``: registered as
         running for ``stop_for`` (not on the caller's thread: a stop waits for every stream to run a frame, and the
-        caller's thread takes the request with its next frame)."""
+        caller's thread takes the request with its next frame). ``on_both_cores``: a switch's frame, on the
+        sessions of the runtime's threads."""
         try:
-            taken.computed = run(stream, taken.scenario, taken.arrays, (taken.index, stoppable) if seen else None)
+            taken.computed = run(stream, taken.scenario, taken.arrays, (taken.index, stoppable) if seen else None,
+                                 on_both_cores)
         except FrameStopped:
             return False
         except BaseException as error:  # raised to the caller in its frame's turn
@@ -321,16 +403,29 @@ def process_in_streams(runner: FrameRunner, streams: Streams, frames: Iterable[F
         if compute(stream, taken, stoppable=True):
             done.put(taken)
             return
+        role = streams.solo_role(stream)
+        if role == "wait":  # every stream's frame stopped; another runs the switch's frame on both cores
+            streams.wait_for_solo()
+            compute(stream, taken)
+            done.put(taken)
+            return
         following = feeder.take(lent=True)
         switch_first = following is not None and following.request is not None
+        if role == "run" and not switch_first:  # the other stream took the request first, or it went away
+            streams.solo_done()
         for frame in (following, taken) if switch_first else (taken, following):
             if frame is not None:
-                compute(stream, frame)
+                compute(stream, frame, on_both_cores=role == "run" and switch_first and frame is following)
                 done.put(frame)
+            if role == "run" and switch_first and frame is following:
+                streams.solo_done()
 
     def work(stream: int) -> None:
         try:
-            while (taken := feeder.take()) is not None:
+            while True:
+                streams.wait_for_solo()  # (a frame started beside a switch's frame on both cores slows it)
+                if (taken := feeder.take()) is None:
+                    break
                 run_on(stream, taken)
         finally:
             done.put(stream)

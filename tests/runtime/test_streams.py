@@ -503,17 +503,22 @@ def test_units_on_two_streams_never_lose_a_frame_under_three_switching_threads(u
 
 
 @pytest.mark.parametrize("order", ["completion", "stream"])
+@pytest.mark.parametrize("both_cores", [True, False], ids=["on-both-cores", "on-one-core"])
 def test_units_on_two_streams_stopping_a_frame_at_every_switch_never_lose_one(
-        unit_runtime: Runtime, unit_app: App, order: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        unit_runtime: Runtime, unit_app: App, order: str, both_cores: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Three threads ask for switches while frames come without a pause, and every request that finds both
-    streams busy stops the younger frame (``MIN_LEFT_S`` lowered: tiny's frames are too short to stop otherwise).
-    No frame is lost or comes out twice, frames of one scenario come out in order, every output equals ONNX
-    Runtime, and frames were stopped."""
+    streams busy stops frames (``MIN_LEFT_S`` and ``BOTH_CORES_MIN_LEFT_S`` lowered: tiny's frames are too short
+    to stop otherwise): both, the switch's frame then running on both cores, or, without sessions for that, the
+    younger. No frame is lost or comes out twice, frames of one scenario come out in order, every output equals
+    ONNX Runtime, and frames were stopped."""
     from tests.runtime.test_switching_stress import DISTINCT_FRAMES, stress
 
     streams = unit_runtime._streams
-    assert streams is not None
+    assert streams is not None and streams.both_cores is not None
+    if not both_cores:
+        monkeypatch.setattr(streams, "both_cores", None)
     monkeypatch.setattr("sbrs.runtime.streams.MIN_LEFT_S", float("-inf"))
+    monkeypatch.setattr("sbrs.runtime.streams.BOTH_CORES_MIN_LEFT_S", float("-inf"))
     stops = 0
     stop_for = streams.stop_for
 
@@ -524,6 +529,16 @@ def test_units_on_two_streams_stopping_a_frame_at_every_switch_never_lose_one(
         stops += not already and any(streams._stopping)
 
     monkeypatch.setattr(streams, "stop_for", counted)
+    on_both_cores = 0
+    solo_role = streams.solo_role
+
+    def counted_role(stream: int) -> str | None:
+        nonlocal on_both_cores
+        role = solo_role(stream)
+        on_both_cores += role == "run"
+        return role
+
+    monkeypatch.setattr(streams, "solo_role", counted_role)
     refs = References(unit_app)
     frames = [random_frame(unit_app, 700 + k) for k in range(DISTINCT_FRAMES)]
     want = {(s, k): refs.outputs(s, frame) for s in refs.sessions for k, frame in enumerate(frames)}
@@ -534,6 +549,7 @@ def test_units_on_two_streams_stopping_a_frame_at_every_switch_never_lose_one(
         assert_equivalent(result.outputs, want[(result.scenario, result.index % DISTINCT_FRAMES)],
                           f"frame {result.index} on {result.scenario}")
     assert stops > 0, "no frame was stopped"
+    assert (on_both_cores > 0) == both_cores, f"{on_both_cores} switches' frames on both cores"
 
 
 def test_units_on_two_streams_from_a_build(unit_app: App, tmp_path: Path) -> None:
@@ -555,15 +571,21 @@ def test_units_on_two_streams_from_a_build(unit_app: App, tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("order", ["completion", "stream"])
 @pytest.mark.parametrize("frame_s", [10.0, 0.0], ids=["frames-long-enough-to-stop", "frames-too-short"])
-def test_a_switch_stops_the_younger_of_two_old_frames_and_runs_it_again_after_the_new_one(
-        unit_runtime: Runtime, unit_app: App, order: str, frame_s: float, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("both_cores", [True, False], ids=["on-both-cores", "on-one-core"])
+def test_a_switch_stops_old_frames_and_runs_them_again_after_the_new_one(
+        unit_runtime: Runtime, unit_app: App, order: str, frame_s: float, both_cores: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Frames 0 and 1 run on ``full``, one on each stream, when a request for ``skip`` comes (from frame 1's own
-    call, as it starts). Where ``full``'s frames take long (its last frame on the streams, ``frame_s``), frame 1's
-    call stops at once (``Streams.stop_for``), frame 2 runs ``skip`` on that stream, then frame 1 runs again,
-    whole; where they take less than ``MIN_LEFT_S``, nothing stops. Either way every result equals ONNX Runtime,
-    each frame comes out once, and in completion order the stopped frame comes out after the switch's frame."""
+    call, as it starts). Where ``full``'s frames take long (its last frame on the streams, ``frame_s``), the stop
+    takes at once (``Streams.stop_for``): with the units' sessions of the runtime's threads (``both_cores``) both
+    frames stop, frame 2 runs ``skip`` on both cores while the other stream waits, then frames 0 and 1 run again,
+    whole; without them only the younger, frame 1, stops, and frame 2 runs on its stream's one-thread sessions.
+    Where the frames take less than ``MIN_LEFT_S``, nothing stops. Either way every result equals ONNX Runtime,
+    each frame comes out once, and in completion order the stopped frames come out after the switch's frame."""
     streams = unit_runtime._streams
-    assert streams is not None
+    assert streams is not None and streams.both_cores is not None  # the runtime's threads: 2 on every test machine
+    if not both_cores:
+        monkeypatch.setattr(streams, "both_cores", None)
     refs = References(unit_app)
     frames = [random_frame(unit_app, 600 + k) for k in range(6)]
     both_started = threading.Barrier(2, timeout=10)
@@ -589,11 +611,21 @@ def test_a_switch_stops_the_younger_of_two_old_frames_and_runs_it_again_after_th
             return outcome
         return step
 
+    def noted(stream: int, call: Callable[[], object]) -> Callable[[], object]:
+        def step() -> object:
+            running = streams._running[stream]
+            ran.append((-1 if running is None else running.index, "on both cores"))
+            return call()
+        return step
+
     unit_runtime.switch("full")
     unit_runtime.infer(frames[0])
     for stream, bound in enumerate(streams.bounds):
         first, *rest = bound.calls["full"]
         monkeypatch.setitem(bound.calls, "full", (gated(stream, first), *rest))
+    for stream, bound in enumerate(streams.both_cores or []):
+        first, *rest = bound.calls["skip"]
+        monkeypatch.setitem(bound.calls, "skip", (noted(stream, first), *rest))
     monkeypatch.setitem(streams._frame_s, "full", frame_s)
     results = list(unit_runtime.process(iter(frames), order=order))
     assert sorted(r.index for r in results) == list(range(len(frames)))
@@ -601,7 +633,9 @@ def test_a_switch_stops_the_younger_of_two_old_frames_and_runs_it_again_after_th
         assert result.scenario == ("full" if result.index < 2 else "skip")
         assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]), f"frame {result.index}")
     stopped = frame_s > 0
-    assert ran.count((1, "stopped")) == stopped and ran.count((1, "whole")) == 1 and (0, "stopped") not in ran
+    assert ran.count((1, "stopped")) == stopped and ran.count((1, "whole")) == 1 and ran.count((0, "whole")) == 1
+    assert ran.count((0, "stopped")) == (stopped and both_cores)
+    assert [k for k, how in ran if how == "on both cores"] == ([2] if stopped and both_cores else [])
     switched = next(r for r in results if r.switch is not None)
     assert switched.index == 2 and switched.switch.old == "full" and switched.switch.new == "skip"
     out = [r.index for r in results]
@@ -609,3 +643,31 @@ def test_a_switch_stops_the_younger_of_two_old_frames_and_runs_it_again_after_th
         assert out == sorted(out)
     elif stopped:  # (unstopped, frame 2 may still pass frame 1: both streams were free to take it)
         assert out.index(2) < out.index(1)
+        if both_cores:
+            assert out.index(2) < out.index(0)
+
+
+def test_units_on_two_streams_have_sessions_of_the_runtimes_threads_for_a_switch(unit_runtime: Runtime,
+                                                                                 load_example) -> None:
+    """Every unit has a second session with the runtime's threads, bound to each stream's arena, for a switch's
+    frame on both cores; a runtime on one stream has none."""
+    rt = unit_runtime
+    assert rt._streams is not None and rt._streams.both_cores is not None and len(rt._streams.both_cores) == 2
+    assert set(rt._switch_sessions) == set(rt._sessions)
+    assert all(s.get_session_options().intra_op_num_threads == rt.thread_pool.count
+               for s in rt._switch_sessions.values())
+    with Runtime.from_app(load_example("tiny")) as one:
+        assert one._switch_sessions == {}
+
+
+def test_the_sessions_for_a_switch_on_both_cores_are_made_where_the_build_timed_long_frames() -> None:
+    """``Program.longest_frame_s`` from a build's streams choice: the longest scenario's frame on one stream; the
+    runtime makes the sessions of the runtime's threads where it is ``BOTH_CORES_MIN_FRAME_S`` or more, or where
+    the build timed nothing (an app that asks for two streams)."""
+    from sbrs.runtime.engine import BOTH_CORES_MIN_FRAME_S
+    from sbrs.runtime.program import longest_frame_s
+
+    timed = {"streams": 2, "figures": {"a": {"one_stream_s": 0.0007}, "b": {"one_stream_s": 0.0011}}}
+    assert longest_frame_s(timed) == 0.0011 < BOTH_CORES_MIN_FRAME_S  # cifar10's and adaptive's kind of frames
+    assert longest_frame_s({"streams": 2, "figures": {"large": {"one_stream_s": 0.0097}}}) >= BOTH_CORES_MIN_FRAME_S
+    assert longest_frame_s({"streams": 2, "figures": None}) is None and longest_frame_s(None) is None
