@@ -35,7 +35,9 @@ plain two frames run 1.7x its threads).
     (``LARGE_GAIN``, 1.25: one stream would then run at most 0.8 of what plain ONNX Runtime's two frames at
     once reach); else one stream, whose SBRS-TP switch matters more on long frames (drone's ResNet-18 scenarios:
     0.73-0.80 of plain ONNX Runtime's Δ on one stream; detect on two streams 1.79x, 1.11-1.13x since a switch
-    stops the younger frame in flight, against 0.71-0.77x on one stream), and above all on the
+    stops the younger frame in flight, 0.79-0.95x since it stops both and runs on both cores, against 0.71-0.79x
+    on one stream; two streams also hold a second arena, and there a second set of sessions: detect's PSS went
+    from 0.75 to 0.95-1.05 of plain ONNX Runtime's with every session loaded), and above all on the
     longest (multi-cnn's ResNet-50, 0.1-0.2 s a frame on one thread: a switch would wait for such a frame).
 
 The choice and its figures go in the build's manifest (``streams``); ``runtime.streams: 1`` or ``2`` is never
