@@ -379,6 +379,12 @@ class Runtime:
         return 1 if self._streams is None else self._streams.count
 
     @property
+    def switch_session_count(self) -> int:
+        """Sessions of the runtime's threads held besides the streams' for a switch's frame on both cores (units on
+        two streams with frames of ``BOTH_CORES_MIN_FRAME_S`` or more; else 0)."""
+        return len(self._switch_sessions)
+
+    @property
     def session_count(self) -> int:
         """Sessions loaded for units or call models (each once, however many scenarios or calls use it)."""
         return sum(1 for key in self._session_keys if key in self._sessions)

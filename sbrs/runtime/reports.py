@@ -40,6 +40,9 @@ class Reporting(Protocol):
     @property
     def stream_count(self) -> int: ...
 
+    @property
+    def switch_session_count(self) -> int: ...
+
 
 def facts(runtime: Reporting) -> dict[str, Any]:
     """Plan figures for observers and status: the arena and its lower bound, the app's unique parameter bytes and
@@ -93,6 +96,7 @@ def memory_report(runtime: Reporting) -> dict[str, Any]:
     limit = runtime.memory_limit_bytes
     streams = runtime.stream_count
     report: dict[str, Any] = {"execution": runtime.execution, "streams": streams,
+                              "switch_sessions": runtime.switch_session_count,
                               "params_bytes": footprint.params_bytes,
                               "plan_tensors_bytes": footprint.tensors_bytes,
                               "plan_transition_bytes": footprint.transition_bytes,

@@ -654,10 +654,11 @@ def test_units_on_two_streams_have_sessions_of_the_runtimes_threads_for_a_switch
     rt = unit_runtime
     assert rt._streams is not None and rt._streams.both_cores is not None and len(rt._streams.both_cores) == 2
     assert set(rt._switch_sessions) == set(rt._sessions)
+    assert rt.memory_report()["switch_sessions"] == len(rt._sessions) == rt.switch_session_count
     assert all(s.get_session_options().intra_op_num_threads == rt.thread_pool.count
                for s in rt._switch_sessions.values())
     with Runtime.from_app(load_example("tiny")) as one:
-        assert one._switch_sessions == {}
+        assert one._switch_sessions == {} and one.memory_report()["switch_sessions"] == 0
 
 
 def test_the_sessions_for_a_switch_on_both_cores_are_made_where_the_build_timed_long_frames() -> None:
