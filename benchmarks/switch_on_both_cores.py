@@ -6,7 +6,7 @@ runs one frame at a time on two-thread sessions. This script measures the ways a
 switch, with the scenarios' own models, so that a design can be chosen on figures:
 
 - ``plain``: a two-thread session per scenario, one frame at a time, switching at the frame boundary (the
-  comparator of ``sbrs bench --switching``: ``ort-all``);
+  comparator of ``sbrs bench --switching``: ``ort-all``, its loop ``ort_switches``);
 - ``wait``: two streams of one-thread frames; the first stream to come free runs the new scenario;
 - ``stop-youngest``: as ``wait``, but the younger frame in flight is stopped (``RunOptions.terminate``) and its
   stream runs the new scenario while the older frame finishes (what sbrs's streams do, ``Streams.stop_for``);
@@ -38,18 +38,13 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from sbrs.bench.switching import REQUEST_AFTER_FRAMES, Requests, switch_circuit
+from sbrs.bench.switching import REQUEST_AFTER_FRAMES, Requests, ort_switches, switch_circuit
+from sbrs.ort_env import create_session
+from sbrs.runtime.switching import TERMINATED
 
 ROOT = Path(__file__).resolve().parents[1]
 WAYS = ("plain", "wait", "stop-youngest", "stop-both")
-
-
-def session(path: str, threads: int) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # idle pools asleep, as sbrs's
-    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+PROVIDERS = ("CPUExecutionProvider",)
 
 
 def fps(run: Callable[[], object], seconds: float = 1.0, threads: int = 1) -> float:
@@ -68,16 +63,6 @@ def fps(run: Callable[[], object], seconds: float = 1.0, threads: int = 1) -> fl
     for worker in workers:
         worker.join()
     return sum(counts) / (time.perf_counter() - start)
-
-
-def plain(two: dict[str, Any], feed: dict[str, np.ndarray], requests: Requests) -> None:
-    wanted = [requests.current]
-    requests.ask = lambda name: wanted.__setitem__(0, name)
-    requests.start()
-    while not requests.done.is_set():
-        name = wanted[0]
-        two[name].run(None, feed)
-        requests.held(name)
 
 
 def two_streams(one: dict[str, Any], two: dict[str, Any], feed: dict[str, np.ndarray], requests: Requests,
@@ -131,7 +116,7 @@ def two_streams(one: dict[str, Any], two: dict[str, Any], feed: dict[str, np.nda
                 one[name].run(None, feed, options[k])
                 stopped = False
             except Exception as error:  # onnxruntime's Fail: stopped by terminate
-                if "terminate" not in str(error):
+                if TERMINATED not in str(error):
                     raise
                 stopped = True
             with lock:
@@ -157,8 +142,9 @@ def measure(app: str, rounds: int, seed: int) -> dict[str, Any]:
     scratch = tempfile.TemporaryDirectory(prefix="sbrs-both-cores-")  # scenarios at their own input size
     paths = {s.name: plain_model_file(s.model_path, config.input.shape, s.input_size, scratch.name)
              for s in config.scenarios}
-    one = {name: session(path, 1) for name, path in paths.items()}
-    two = {name: session(path, 2) for name, path in paths.items()}
+    # sessions whose idle pools sleep, as sbrs's and as ``sbrs bench --switching``'s comparator
+    one = {name: create_session(path, PROVIDERS, threads=1) for name, path in paths.items()}
+    two = {name: create_session(path, PROVIDERS, threads=2) for name, path in paths.items()}
     first = next(iter(one.values())).get_inputs()[0]
     feed = {first.name: np.random.default_rng(seed).standard_normal(config.input.shape).astype(np.float32)}
     throughput = {}
@@ -180,7 +166,7 @@ def measure(app: str, rounds: int, seed: int) -> dict[str, Any]:
         for way in rng.sample(WAYS, len(WAYS)):
             requests = Requests(scenarios[0], targets, waits, frame_s)
             if way == "plain":
-                plain(two, feed, requests)
+                ort_switches(two, first.name, feed[first.name], requests)
             else:
                 two_streams(one, two, feed, requests, way)
             requests.stop()

@@ -39,6 +39,7 @@ import numpy as np
 from sbrs.bench.bench import WARMUP_FRAMES, current_build
 from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.runtime.open import runtime_for
+from sbrs.runtime.switching import TERMINATED
 
 #: How the switches are made in ``measure_switching``: sbrs under SBRS-TP and naive switching, plain ONNX
 #: Runtime with every scenario's session loaded (switch at the frame boundary), and ONNX Runtime loading the
@@ -202,7 +203,7 @@ def ort_switches(sessions: dict[str, Any], feed_name: str, frame: np.ndarray, re
     session is loaded. With ``cancel`` (an ``ort.RunOptions`` every call gets), a request also sets its
     ``terminate``: the call in flight stops, and the loop runs that frame again on the new session."""
     current = requests.current
-    active = {current: sessions[current] if load is None else load(current)}
+    session = sessions[current] if load is None else load(current)
     wanted = [current]
 
     def ask(name: str) -> None:
@@ -213,18 +214,17 @@ def ort_switches(sessions: dict[str, Any], feed_name: str, frame: np.ndarray, re
     requests.ask = ask
     if cancel is not None:
         cancel.terminate = False  # a request of the block before may have set it after its switch ended
-    active[current].run(None, {feed_name: frame})
+    session.run(None, {feed_name: frame})
     requests.start()
     try:
         while not requests.done.is_set():
             if wanted[0] != current:
                 current = wanted[0]  # the frame boundary: a request made during the frame takes effect here
-                if load is not None:
-                    active = {current: load(current)}
+                session = sessions[current] if load is None else load(current)  # (the old one dropped)
             try:
-                (active[current] if current in active else sessions[current]).run(None, {feed_name: frame}, cancel)
+                session.run(None, {feed_name: frame}, cancel)
             except Exception as error:  # onnxruntime's ``Fail``: stopped by ``terminate`` (set only with ``cancel``)
-                if cancel is None or "terminate flag" not in str(error):
+                if cancel is None or TERMINATED not in str(error):
                     raise
                 cancel.terminate = False
                 continue

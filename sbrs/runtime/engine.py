@@ -188,13 +188,6 @@ class Runtime:
         threads = 1 if by_parts or streams > 1 else self.thread_pool.count
         # a unit that is a scenario's whole frame is called frame after frame: its pool stays warm (sbrs.ort_env)
         whole_frames = frozenset() if by_parts else whole_frame_units(plan.sequences)  # type: ignore[union-attr]
-        for key in self._session_keys:
-            self._sessions[key] = create_session(program.model(key), self.providers,
-                                                 threads=min(threads, program.unit_threads.get(key, threads)),
-                                                 scope=self.thread_pool.scope, optimized=program.optimized,
-                                                 warm=key in whole_frames)
-            if program.release:
-                release_free_memory()
         # Units on two streams on the CPU: every unit has a second session on the runtime's threads, for a switch
         # that finds every stream busy. It stops their frames and runs its own on both cores (``Streams.stop_for``):
         # detect on two streams then switched at 0.81-0.95 of plain ONNX Runtime's Δ against 1.11-1.13 with the
@@ -205,9 +198,16 @@ class Runtime:
         # the second sessions' waking made switches slower (1.84 against 1.19-1.29 ms).
         self._switch_sessions: dict[str, ort.InferenceSession] = {}
         long_frames = program.longest_frame_s is None or program.longest_frame_s >= BOTH_CORES_MIN_FRAME_S
-        if (streams > 1 and long_frames and plan.execution == "units" and self.device == "cpu"
-                and self.thread_pool.count > 1):
-            for key in self._session_keys:
+        both_cores = (streams > 1 and long_frames and plan.execution == "units" and self.device == "cpu"
+                      and self.thread_pool.count > 1)
+        for key in self._session_keys:
+            self._sessions[key] = create_session(program.model(key), self.providers,
+                                                 threads=min(threads, program.unit_threads.get(key, threads)),
+                                                 scope=self.thread_pool.scope, optimized=program.optimized,
+                                                 warm=key in whole_frames)
+            if program.release:
+                release_free_memory()
+            if both_cores:
                 count = self.thread_pool.count
                 self._switch_sessions[key] = create_session(program.model(key), self.providers,
                                                             threads=min(count, program.unit_threads.get(key, count)),
@@ -326,7 +326,8 @@ class Runtime:
         with the new frame's first step free to run at once (``runner.preempt_from``). ONNX Runtime stops the call
         at its next node; the transition then starts after the step before it and runs the stopped step again,
         whole, among the old frame's rest (``_execute``). On streams the request may stop the youngest frame in
-        flight instead, which runs again after the switch's frame (``Streams.stop_for``)."""
+        flight instead, or every frame in flight for a switch's frame on both cores; the stopped frames run again
+        after it (``Streams.stop_for``)."""
         runner = self.runner
         step, pending = runner.in_flight, self.node.pending
         first = None if pending is None else runner.preempt_from.get((self.node.scenario, pending.scenario))

@@ -415,10 +415,11 @@ def process_in_streams(runner: FrameRunner, streams: Streams, frames: Iterable[F
             streams.solo_done()
         for frame in (following, taken) if switch_first else (taken, following):
             if frame is not None:
-                compute(stream, frame, on_both_cores=role == "run" and switch_first and frame is following)
+                on_both_cores = role == "run" and switch_first and frame is following
+                compute(stream, frame, on_both_cores=on_both_cores)
                 done.put(frame)
-            if role == "run" and switch_first and frame is following:
-                streams.solo_done()
+                if on_both_cores:
+                    streams.solo_done()
 
     def work(stream: int) -> None:
         try:
