@@ -8,7 +8,9 @@ streams).
 CI has no GPU: this script is run by hand where ``onnxruntime-gpu`` sees one (the project's tests never need
 it). For each app a copy of its YAML with ``runtime.providers: [PROVIDER]`` is written beside it, built with
 ``sbrs build`` (a child process) and opened with ``sbrs.runtime_for``; the copy and its build are removed at the
-end. Times are medians of interleaved blocks, in this process: a frame from numpy in to numpy out, for sbrs
+end. Under a GPU provider's default ``runtime.session: auto`` the build times the units against the one graph
+and keeps one: each row names it (``execution``) and why (``session_reason``). Times are medians of
+interleaved blocks, in this process: a frame from numpy in to numpy out, for sbrs
 (``infer``) and for plain ONNX Runtime (one session per scenario, ``run``, default options). GPU memory: what
 ``nvidia-smi`` reports for a child process that has run every scenario (sbrs, or all plain sessions loaded).
 
@@ -189,6 +191,9 @@ def check_app(app_path: Path, provider: str, frames: int, repeats: int) -> dict[
                 entry["ort_ms"] = round(statistics.median(ort_ms), 3)
                 entry["fps_ratio"] = round(entry["ort_ms"] / entry["sbrs_ms"], 3)
             row["granularity"] = runtime.facts().get("granularity")
+            row["execution"] = runtime.execution  # units or one graph: runtime.session defaults to auto on a GPU
+            row["session_reason"] = json.loads((copy.with_suffix(".build") / "manifest.json").read_text())[
+                "session"]["reason"]
             row["arena_bytes"] = runtime.arena_bytes
         row["gpu_memory_mib"] = {who: gpu_memory_of_child(copy, who) for who in ("sbrs", "ort")}
         row["variants"] = check_variants(copy, provider, on_gpu, input_name, frame)

@@ -30,6 +30,7 @@ from sbrs.app.settings import (
     RuntimeOptions,
     ScenarioConfig,
     TemperatureRule,
+    default_session,
     is_loopback_host,
 )
 from sbrs.cache import cached_file, content_key
@@ -349,7 +350,8 @@ def load_app_config(path: str | Path) -> AppConfig:
     initial = app.initial or names[0]
     if initial not in names:
         raise doc.error(("initial",), f"unknown scenario '{initial}' (scenarios: {', '.join(names)})")
-    if app.runtime.session == "one":
+    session = app.runtime.session or default_session(app.runtime.providers)
+    if session == "one":
         _check_one_session(app, doc)
 
     return AppConfig(
@@ -364,7 +366,7 @@ def load_app_config(path: str | Path) -> AppConfig:
                                None if app.runtime.share_min_mb is None else float(app.runtime.share_min_mb),
                                app.runtime.switch_steps,
                                app.runtime.on_switch, app.runtime.threads_scope, app.runtime.streams,
-                               app.runtime.session),
+                               session),
         memory_limit_mb=app.memory_limit_mb,
         policy=_resolve_policy(app.policy, names, scenarios[names.index(initial)].requirements, doc),
         metrics=_resolve_metrics(app.metrics, doc),

@@ -161,7 +161,7 @@ class RuntimeEntry(Strict):
     on_switch: Literal["finish", "cancel", "resume"] = "finish"
     threads_scope: Literal["session", "process"] = "session"
     streams: Literal[1, 2, "auto"] = "auto"
-    session: Literal["units", "one", "auto"] = "units"
+    session: Literal["units", "one", "auto"] | None = None  # None: the first provider's (settings.default_session)
 
 
 class BatteryThresholdEntry(Strict):

@@ -8,6 +8,7 @@ compiled build needs neither of); ``sbrs.app.config`` names these too.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -119,6 +120,18 @@ class ScenarioConfig:
 #: weights outweigh a session, and a frame is one step (docs/MEASUREMENTS.md, "On a GPU").
 UNIT_DEFAULTS_CPU = (1.0, 4)
 UNIT_DEFAULTS_GPU = (140.0, 1)
+#: ``runtime.session`` where the app leaves it out, by the first provider as above. On a GPU provider one graph holds
+#: one provider instance where the units hold one each, so the build measures both forms and keeps the one that runs
+#: as fast (``auto``, ``sbrs.compile.session_choice``). On the CPU one graph saves 1-2 MB of an app's memory, its
+#: switch waits for the whole frame in flight, and the build's choice between forms within a few percent of each
+#: other follows the machine's load (docs/MEASUREMENTS.md, "``runtime.session: auto``"): units there.
+SESSION_DEFAULT_CPU = "units"
+SESSION_DEFAULT_GPU = "auto"
+
+
+def default_session(providers: Sequence[str]) -> str:
+    """``runtime.session`` of an app that leaves it out and runs on ``providers`` (the first decides)."""
+    return SESSION_DEFAULT_CPU if providers[0] == "CPUExecutionProvider" else SESSION_DEFAULT_GPU
 
 
 @dataclass(frozen=True)
@@ -137,9 +150,10 @@ class RuntimeOptions:
     1, one frame at a time; 2, two, each in an arena of its own, on one-thread sessions (execution units) or as
     the search chooses (by parts); ``auto`` (default): for execution units, what ``sbrs build`` measured faster
     (``sbrs.compile.unit_streams``; one stream without a build), by parts the search's choice.
-    ``session``: ``units`` (default), the execution units above; ``one``, the app as one ONNX graph run by one
-    session (``sbrs.compile.one_graph``); ``auto``, whichever ``sbrs build`` measured as fast on this machine
-    (``sbrs.compile.session_choice``; units without a build)."""
+    ``session``: ``units``, the execution units above; ``one``, the app as one ONNX graph run by one session
+    (``sbrs.compile.one_graph``); ``auto``, whichever ``sbrs build`` measured as fast on this machine
+    (``sbrs.compile.session_choice``; units without a build). Where the app leaves it out, the first provider's
+    default (``default_session``): units on the CPU, auto on a GPU provider."""
 
     providers: tuple[str, ...]
     threads: int | None

@@ -36,6 +36,7 @@ from sbrs.artifact.read import (
 from sbrs.compile.session_choice import SessionChoice
 from sbrs.compile.unit_streams import StreamsChoice
 from sbrs.compile.units import UnitPlan
+from sbrs.errors import InputError
 from sbrs.log import Progress
 
 logger = logging.getLogger(__name__)
@@ -375,7 +376,6 @@ def units_without_measuring(app: App, reduction: Mapping[str, Any] | None) -> st
     if runtime.on_switch == "resume":
         return "on_switch: resume resumes a frame after a step both scenarios share; one graph runs it as one call"
     from sbrs.compile.one_graph import check_one_graph
-    from sbrs.errors import InputError
 
     try:
         check_one_graph(app)
@@ -421,6 +421,18 @@ def _chosen_session(app: App, units: Path, one: Path, plan: Any, one_plan: Any, 
     return choice
 
 
+def _one_graph_failed(app: App, error: Exception) -> SessionChoice:
+    """Units under ``auto`` where ONNX Runtime could not optimise or run the app's one graph on its providers (a
+    GPU provider's path for the graph's ``If`` nodes, say, not run before on that machine), with a warning naming
+    the error: the units ran (their files and figures were made first), so the build goes on with them."""
+    from sbrs.compile.session_choice import forced_units
+
+    detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    logger.warning("sbrs build: runtime.session: auto: %s's one graph failed on %s (%s); the build keeps its "
+                   "execution units", app.name, ", ".join(app.config.runtime.providers), detail)
+    return forced_units(f"its one graph failed on this machine ({type(error).__name__}: {detail})")
+
+
 def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Write the build of ``app`` (default ``APP.build/`` beside the app file); returns its manifest.
 
@@ -447,8 +459,6 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
     arena = "shadow" if mode == "sbrs-tp" else "shared"
     parts = None
     if reduction is not None and not reduction["early_exit"] and asked == "one":
-        from sbrs.errors import InputError
-
         raise InputError(f"the memory limit {reduction['memory_limit_bytes'] / 1e6:g} MB needs processing by parts, "
                          "which one graph cannot be: use session: units or a larger limit",
                          file=str(app.config.path), field="runtime.session")
@@ -500,10 +510,16 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
                                    "runtime.streams: auto runs one graph on one")
         if session is None:  # auto: the one graph beside the units, both timed, the chosen form's files kept
             other = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-            one_form = _plans(app, moc, one=True, mode=mode, limit=limit)
-            one_optimized = _write_form(app, moc, one_form[0], other, one=True)
-            optimized = optimized_for is not None and one_optimized[0] is not None
-            session = _chosen_session(app, staging, other, plan, one_form[0], optimized, unit_threads, units_digest)
+            try:
+                one_form = _plans(app, moc, one=True, mode=mode, limit=limit)
+                one_optimized = _write_form(app, moc, one_form[0], other, one=True)
+                optimized = optimized_for is not None and one_optimized[0] is not None
+                session = _chosen_session(app, staging, other, plan, one_form[0], optimized, unit_threads,
+                                          units_digest)
+            except InputError:
+                raise
+            except Exception as exc:  # ONNX Runtime's error types derive from Exception alone
+                session = _one_graph_failed(app, exc)
             if session.session == "one":
                 staging, other = other, staging
                 plan, run_plan, shadow, transitions, arena = one_form

@@ -39,12 +39,12 @@ SHARED_LINES = 6
 NAME_WIDTH = 14
 #: How the app runs, by ``runtime.session``, and why.
 SESSION_LINES = {
-    "units": "runs as execution units, an ONNX Runtime session each (runtime.session: units, the default; one: "
-             "one graph)",
+    "units": "runs as execution units, an ONNX Runtime session each (runtime.session: units, the default on the "
+             "CPU; one: one graph)",
     "one": "runs as one graph on one ONNX Runtime session, every weight once, If where paths split "
            "(runtime.session: one)",
     "auto": "runs as execution units or as one graph, whichever `sbrs build` measures as fast on this machine "
-            "(runtime.session: auto)",
+            "(runtime.session: auto, the default on a GPU provider)",
 }
 
 

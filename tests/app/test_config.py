@@ -94,6 +94,24 @@ def test_defaults(tmp_path: Path) -> None:
     assert (config.runtime.unit_share_min_mb, config.runtime.unit_switch_steps) == (2.0, 3)
 
 
+@pytest.mark.parametrize(("runtime", "session"), [
+    ("", "units"),
+    ("runtime: {providers: [CPUExecutionProvider, CUDAExecutionProvider]}\n", "units"),
+    ("runtime: {providers: [CUDAExecutionProvider, CPUExecutionProvider]}\n", "auto"),
+    ("runtime: {providers: [TensorrtExecutionProvider]}\n", "auto"),
+    ("runtime: {providers: [CUDAExecutionProvider], session: units}\n", "units"),
+    ("runtime: {providers: [CUDAExecutionProvider], session: one}\n", "one"),
+    ("runtime: {session: auto}\n", "auto"),
+])
+def test_the_session_default_follows_the_first_provider(tmp_path: Path, runtime: str, session: str) -> None:
+    """Left out, ``runtime.session`` is units on the CPU and auto (the build measures one graph against the units)
+    where the first provider is a GPU one, whose every session holds a provider instance; given, it is kept."""
+    _write_model(tmp_path / "m.onnx", [1, 3, 8, 8])
+    (tmp_path / "app.yaml").write_text("name: d\ninput: {shape: [1, 3, 8, 8]}\nscenarios: [{name: only, model: m.onnx}]\n"
+                                       + runtime)
+    assert load_app_config(tmp_path / "app.yaml").runtime.session == session
+
+
 # (description, edit of the app text or a file, expected message fragment, expected line or None)
 BAD_CASES = [
     ("unknown top-level key", lambda d: _edit(d, "memory_limit_mb: 16", "memory_limt_mb: 16"),

@@ -169,3 +169,31 @@ def test_a_rebuild_takes_the_cached_choice(tmp_path: Path, monkeypatch: pytest.M
     given.ratio = 2.0  # a measurement now would choose units
     second = build_app(app_path).to_dict()["build"]["session"]
     assert given.calls == 1 and first == second and second["session"] == "one"
+
+
+def test_auto_keeps_the_units_where_the_one_graph_fails_on_the_machine(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        quiet_cache: None) -> None:
+    """``auto`` is the default on a GPU provider, where the one graph's path may fail on a machine the units ran on
+    (an ``If`` the provider cannot place, say): ONNX Runtime's error while the one graph is timed keeps the units,
+    with the error in the reason and a warning, and the build runs equal to ONNX Runtime."""
+    from onnxruntime.capi.onnxruntime_pybind11_state import Fail
+
+    def failing(*args: Any, **kwargs: Any) -> None:
+        raise Fail("[ONNXRuntimeError] : 1 : FAIL : If node 'branch': no kernel for this provider\nmore lines")
+
+    monkeypatch.setattr("sbrs.compile.session_choice.measure_session", failing)
+    app_path = tiny_app(tmp_path, f"session: auto, {FIXED}")
+    with caplog.at_level("WARNING", logger="sbrs.artifact.write"):
+        session = build_app(app_path).to_dict()["build"]["session"]
+    assert (session["session"], session["asked"], session["figures"]) == ("units", "auto", None)
+    assert session["reason"] == ("its one graph failed on this machine (Fail: [ONNXRuntimeError] : 1 : FAIL : If node "
+                                 "'branch': no kernel for this provider): units, not measured")
+    assert "tiny's one graph failed on CPUExecutionProvider" in caplog.text and "keeps its execution units" in caplog.text
+    files = sorted(path.name for path in build_dir(app_path).iterdir())
+    assert "one.onnx" not in files and any(f.startswith("u") for f in files)
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith(".")) == []  # no staging left
+    app = load_app(app_path)
+    with runtime_for(app_path) as runtime:
+        assert runtime.execution == "units"
+        assert_steady_state(runtime, app, References(app))
