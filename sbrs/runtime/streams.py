@@ -373,7 +373,11 @@ def process_in_streams(runner: FrameRunner, streams: Streams, frames: Iterable[F
     all. A source that may wait keeps a worker per stream from the start: the caller's thread waiting on it
     would hold the other stream's finished frames back from the caller."""
     caller_runs = frames_never_wait(frames)  # until the caller turns out to spend its time on each result
-    feeder = _Feeder(runner, frames, slots=streams.count + 1, workers=streams.count - caller_runs)
+    # a slot per stream, one for a result waiting for the caller, and, where the caller's thread runs stream 0, one
+    # more: it hands out nothing during its own frame, and one that ends before a worker's (whose result is due
+    # first) goes on with the next; without it the worker, finishing then, found every slot held and its core
+    # idled for the rest of the caller's frame (drone on two streams: one frame in ten lost, in blocks of 20)
+    feeder = _Feeder(runner, frames, slots=streams.count + 1 + caller_runs, workers=streams.count - caller_runs)
     done: SimpleQueue[_Taken | int] = SimpleQueue()  # a computed frame, or a worker's stream when it ends
     run = streams._run
 
