@@ -39,6 +39,11 @@ plain two frames run 1.7x its threads).
     on one stream; two streams also hold a second arena, and there a second set of sessions: detect's PSS went
     from 0.75 to 0.95-1.05 of plain ONNX Runtime's with every session loaded), and above all on the
     longest (multi-cnn's ResNet-50, 0.1-0.2 s a frame on one thread: a switch would wait for such a frame).
+    Since a worker no longer waits for a slot while the caller's thread runs a frame (2026-11-29), two streams run
+    drone, multi-cnn and detect at 0.92-1.00 of plain ONNX Runtime's better setting, where one stream runs them at
+    0.69-0.96; but a switch on them took 1.03-1.04x plain ONNX Runtime's Δ on drone and multi-cnn (one stream:
+    0.72-0.79x), and detect's process held as much as plain ONNX Runtime's (docs/MEASUREMENTS.md, "Two streams:
+    a worker no longer waits"), so the rule stands.
 
 The choice and its figures go in the build's manifest (``streams``); ``runtime.streams: 1`` or ``2`` is never
 measured. Timing decides only what the build records, never a test (tests check ``choose_streams`` on figures).
