@@ -138,6 +138,7 @@ def check_variants(copy: Path, provider: str, references: dict[str, Any], input_
 def check_app(app_path: Path, provider: str, frames: int, repeats: int) -> dict[str, Any]:
     from sbrs import runtime_for
     from sbrs.app import load_app
+    from sbrs.artifact.read import build_dir, read_manifest
 
     copy = gpu_copy(app_path, provider)
     row: dict[str, Any] = {"app": app_path.stem, "provider": provider}
@@ -192,8 +193,7 @@ def check_app(app_path: Path, provider: str, frames: int, repeats: int) -> dict[
                 entry["fps_ratio"] = round(entry["ort_ms"] / entry["sbrs_ms"], 3)
             row["granularity"] = runtime.facts().get("granularity")
             row["execution"] = runtime.execution  # units or one graph: runtime.session defaults to auto on a GPU
-            row["session_reason"] = json.loads((copy.with_suffix(".build") / "manifest.json").read_text())[
-                "session"]["reason"]
+            row["session_reason"] = read_manifest(build_dir(copy), copy)["session"]["reason"]
             row["arena_bytes"] = runtime.arena_bytes
         row["gpu_memory_mib"] = {who: gpu_memory_of_child(copy, who) for who in ("sbrs", "ort")}
         row["variants"] = check_variants(copy, provider, on_gpu, input_name, frame)

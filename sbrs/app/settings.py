@@ -129,9 +129,14 @@ SESSION_DEFAULT_CPU = "units"
 SESSION_DEFAULT_GPU = "auto"
 
 
+def first_on_cpu(providers: Sequence[str]) -> bool:
+    """Whether ``providers``' first, which decides the defaults above, is the CPU provider."""
+    return providers[0] == "CPUExecutionProvider"
+
+
 def default_session(providers: Sequence[str]) -> str:
     """``runtime.session`` of an app that leaves it out and runs on ``providers`` (the first decides)."""
-    return SESSION_DEFAULT_CPU if providers[0] == "CPUExecutionProvider" else SESSION_DEFAULT_GPU
+    return SESSION_DEFAULT_CPU if first_on_cpu(providers) else SESSION_DEFAULT_GPU
 
 
 @dataclass(frozen=True)
@@ -177,7 +182,7 @@ class RuntimeOptions:
         return self._unit_defaults()[1] if self.switch_steps is None else self.switch_steps
 
     def _unit_defaults(self) -> tuple[float, int]:
-        return UNIT_DEFAULTS_CPU if self.providers[0] == "CPUExecutionProvider" else UNIT_DEFAULTS_GPU
+        return UNIT_DEFAULTS_CPU if first_on_cpu(self.providers) else UNIT_DEFAULTS_GPU
 
     def max_streams(self, *, by_parts: bool, measured: int | None = None) -> int:
         """The most frames a runtime keeps in flight (``sbrs.runtime.streams``), the one rule for the search,

@@ -376,7 +376,8 @@ def process_in_streams(runner: FrameRunner, streams: Streams, frames: Iterable[F
     # a slot per stream, one for a result waiting for the caller, and, where the caller's thread runs stream 0, one
     # more: it hands out nothing during its own frame, and one that ends before a worker's (whose result is due
     # first) goes on with the next; without it the worker, finishing then, found every slot held and its core
-    # idled for the rest of the caller's frame (drone on two streams: one frame in ten lost, in blocks of 20)
+    # idled for the rest of the caller's frame (drone on two streams: one frame in ten lost, in blocks of 20); kept
+    # where stream 0 gets a worker later in the call, which only lets one more frame be taken ahead
     feeder = _Feeder(runner, frames, slots=streams.count + 1 + caller_runs, workers=streams.count - caller_runs)
     done: SimpleQueue[_Taken | int] = SimpleQueue()  # a computed frame, or a worker's stream when it ends
     run = streams._run
