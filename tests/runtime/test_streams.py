@@ -28,7 +28,7 @@ from sbrs.compile.footprint import parts_footprint
 from sbrs.compile.parts_plan import PartsPlan
 from sbrs.errors import InputError
 from sbrs.runtime.engine import Runtime
-from sbrs.runtime.streams import frames_never_wait
+from sbrs.runtime.streams import caller_busy, frames_never_wait
 from tests.runtime.conftest import NeverWaiting, References, assert_equivalent, random_frame
 
 # one worker runs this module: its module-scoped builds are made once, not once on each xdist worker
@@ -157,6 +157,48 @@ def test_a_caller_busy_with_each_result_gets_a_thread_for_stream_0(runtime: Runt
     here = threading.current_thread().name
     assert threads[0] == here and threads[-1] == "sbrs-stream-0"
     assert here not in threads[threads.index("sbrs-stream-0"):]  # handed over once, for good
+
+
+def test_a_stall_of_the_callers_thread_keeps_stream_0_on_it(runtime: Runtime, app: App, refs: References,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """One long result in a window (the caller's thread stalled while the system ran something else) is not a
+    caller busy with each result: stream 0 stays on the caller's thread. Counted in full, the stall alone put the
+    window's mean over ``MAX_CALLER_AWAY_S`` and stream 0 went to a worker for the rest of the call."""
+    from sbrs.runtime import streams as streams_module
+
+    threads: list[str] = []
+    run = runtime._streams._run  # type: ignore[union-attr]
+
+    def recorded(stream: int, *args: object) -> object:
+        if stream == 0:
+            threads.append(threading.current_thread().name)
+        return run(stream, *args)
+
+    monkeypatch.setattr(runtime._streams, "_run", recorded)
+    monkeypatch.setattr(streams_module, "CALLER_WINDOW", 4)
+    monkeypatch.setattr(streams_module, "MAX_CALLER_AWAY_S", 1e-3)  # far above a result handed out at once
+    frames = [random_frame(app, 150 + k) for k in range(6)] * 4
+    runtime.switch("full")
+    results = []
+    for result in runtime.process(frames):
+        results.append(result)
+        if len(results) % 4 == 2:
+            time.sleep(0.02)  # one stall a window: 5 ms a result on average, 20 times the bound
+    assert sorted(r.index for r in results) == list(range(len(frames)))
+    for result in results:
+        assert_equivalent(result.outputs, refs.outputs("full", frames[result.index]), f"frame {result.index}")
+    assert threads and set(threads) == {threading.current_thread().name}
+
+
+def test_caller_busy_leaves_a_windows_longest_results_out() -> None:
+    """``caller_busy`` on figures: a stall or two among quick results is not a busy caller; more of them, or every
+    result over the bound, is."""
+    quick, stall = 2e-6, 440e-6
+    assert not caller_busy([quick] * 31 + [stall])
+    assert not caller_busy([quick] * 30 + [stall] * 2)
+    assert caller_busy([quick] * 29 + [stall] * 3)  # the third counts: (29 x 2 + 440) / 30 µs > 10 µs
+    assert caller_busy([12e-6] * 32)
+    assert not caller_busy([9e-6] * 32)
 
 
 def test_each_stream_has_an_arena_of_its_own_and_the_plan_counts_both(runtime: Runtime) -> None:
