@@ -1,4 +1,5 @@
-"""The processes whose memory ``sbrs bench`` and ``benchmarks/startup.py`` measure, each in a fresh interpreter.
+"""The processes whose start-up and memory ``benchmarks/startup.py`` (so the guard), ``one_session.py`` and
+``scale.py`` measure, each in a fresh interpreter (``sbrs bench`` has its own, ``sbrs.bench.probes``).
 
 Run as a script, never imported by what it measures: ``python -P path/to/probe.py MODE [ARGUMENTS]`` (the
 ``probe_command`` helper builds the command line), so that a process holds only what its mode imports. This
@@ -9,9 +10,6 @@ module imports the standard library alone at its top; each mode imports what the
   sbrs uses too), ``warmup`` frames on each, then ``frames`` frames on the first with one JSON line each (a
   zero frame, or with ``random`` a seeded random one), and, with ``trim``, freed memory handed back
   (``malloc_trim``, as sbrs does);
-- ``sbrs JSON``: the app's verified build loaded as ``sbrs run`` loads it (``sbrs.artifact.read``,
-  ``sbrs.runtime.open``; nothing of the benchmark, whose imports would count against sbrs), every scenario run
-  ``warmup`` frames, freed memory handed back;
 - ``run APP FRAMES``: ``sbrs run APP --frames FRAMES --no-socket`` itself, its memory read after the frames while
   the runtime is still open (as the ORT side reads it with its sessions alive).
 
@@ -102,27 +100,6 @@ def _ort(args: dict[str, Any]) -> None:
     print_memory()
 
 
-def _sbrs(args: dict[str, Any]) -> None:
-    import gc
-
-    import numpy as np
-
-    from sbrs.artifact.read import load_build
-    from sbrs.ort_env import release_free_memory
-    from sbrs.runtime.open import runtime_of_build
-
-    build = load_build(args["app"])
-    runtime = runtime_of_build(build)
-    frame = np.zeros(build.config.input.shape, build.config.input.dtype)
-    for scenario in runtime.scenarios:
-        runtime.switch(scenario)
-        for _ in range(args["warmup"]):
-            runtime.infer(frame)
-    gc.collect()
-    release_free_memory()  # as the ORT probe hands its freed memory back
-    print_memory()
-
-
 def _run(app: str, frames: str) -> int:
     import sbrs.run.loop as loop
     from sbrs.cli import main as sbrs
@@ -147,12 +124,10 @@ def main(argv: Sequence[str]) -> int:
         print_memory()
     elif mode == "ort":
         _ort(json.loads(arguments[0]))
-    elif mode == "sbrs":
-        _sbrs(json.loads(arguments[0]))
     elif mode == "run":
         return _run(*arguments)
     else:
-        raise SystemExit(f"unknown probe mode {mode!r} (bare, ort, sbrs, run)")
+        raise SystemExit(f"unknown probe mode {mode!r} (bare, ort, run)")
     return 0
 
 
