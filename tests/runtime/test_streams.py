@@ -168,10 +168,15 @@ def test_a_stall_of_the_callers_thread_keeps_stream_0_on_it(runtime: Runtime, ap
 
     threads: list[str] = []
     run = runtime._streams._run  # type: ignore[union-attr]
+    stream_0_ran = threading.Event()
 
     def recorded(stream: int, *args: object) -> object:
         if stream == 0:
             threads.append(threading.current_thread().name)
+            stream_0_ran.set()
+        else:  # stream 1 waits for stream 0's first frame, and is slow: while the caller stalls, it does not take
+            stream_0_ran.wait(timeout=10)  # every slot and every frame there is (stream 0 would then run none)
+            time.sleep(0.005)
         return run(stream, *args)
 
     monkeypatch.setattr(runtime._streams, "_run", recorded)
