@@ -111,10 +111,13 @@ class Streams:
     With ``bind_on_both_cores`` (the plan bound, per stream, to sessions with the runtime's threads: ``both_cores``),
     a request that finds every stream running a stoppable frame of another scenario with ``BOTH_CORES_MIN_LEFT_S``
     left stops them all. The first stopped worker (``solo_role``: ``"run"``) takes the next frame, which took the
-    request, and runs it on both cores; the others (``"wait"``) and every worker about to take a frame wait until it
-    ran (``solo_done``, ``wait_for_solo``), then the stopped frames run again, whole. One stream's frame running
-    beside the switch's would hold one of its two threads back, and one thread of the streams' own sessions runs
-    the switch's frame at one core's speed.
+    request, and runs it on both cores once every other stream's frame has left its call (``wait_for_stopped``);
+    the others (``"wait"``) and every worker about to take a frame wait until it ran (``solo_done``,
+    ``wait_for_solo``), then the stopped frames run again, whole. One stream's frame running beside the switch's
+    would hold one of its two threads back, and one thread of the streams' own sessions runs the switch's frame at
+    one core's speed. A stopped call returns only at its next node: drone's other stream left its call 0.3-0.6 ms
+    after the first on average (up to 2 ms), and a switch's frame started at once ran its first two units 1-2 ms
+    slower than warm, more than the wait costs (docs/MEASUREMENTS.md, "Two streams' switch waits for both stops").
     """
 
     def __init__(self, count: int, first: Bound, first_arena: ArenaMemory, first_options: ort.RunOptions,
@@ -143,6 +146,9 @@ class Streams:
         self._solo_claimed = False  # a worker runs (or ran) that switch's frame
         self._solo_free = threading.Event()  # clear from such a stop until the switch's frame ran
         self._solo_free.set()
+        self._idle = [threading.Event() for _ in self.bounds]  # per stream: no registered frame in a call
+        for idle in self._idle:
+            idle.set()
 
     def stop_for(self, scenario: str) -> None:
         """A request for ``scenario`` is pending: where every stream runs a frame with ``MIN_LEFT_S`` or more left, stop
@@ -213,6 +219,13 @@ class Streams:
         """The switch's frame on both cores ran (or none took the request): the other streams go on."""
         self._solo_free.set()
 
+    def wait_for_stopped(self, stream: int) -> None:
+        """Return once every other stream's frame has left its call (stopped for the switch's frame on both cores,
+        which ``stream`` is about to run; class docstring), at most ``SOLO_WAIT_S`` a stream."""
+        for other, idle in enumerate(self._idle):
+            if other != stream:
+                idle.wait(SOLO_WAIT_S)
+
     def wait_for_solo(self) -> None:
         """Return once no switch's frame is due or running on both cores (a worker waits before its next frame).
         At most ``SOLO_WAIT_S``: a frame would then run beside it, slower, never held back for good."""
@@ -231,6 +244,7 @@ class Streams:
             if frame is not None:
                 with self._stop_lock:
                     self._running[stream] = _InFlight(frame[0], scenario, frame[1], begin)
+                    self._idle[stream].clear()
             try:
                 for array in arrays.values():
                     bound.copy_in[scenario](array)
@@ -250,6 +264,7 @@ class Streams:
                 if frame is not None:
                     with self._stop_lock:
                         self._running[stream] = None
+                        self._idle[stream].set()
                         self._stopping[stream] = False
                         self.run_options[stream].terminate = False
                         if not stopped and stream in self._solo:  # it ended before the stop took: not stopped
@@ -435,6 +450,8 @@ def process_in_streams(runner: FrameRunner, streams: Streams, frames: Iterable[F
         for frame in (following, taken) if switch_first else (taken, following):
             if frame is not None:
                 on_both_cores = role == "run" and switch_first and frame is following
+                if on_both_cores:
+                    streams.wait_for_stopped(stream)
                 compute(stream, frame, on_both_cores=on_both_cores)
                 done.put(frame)
                 if on_both_cores:

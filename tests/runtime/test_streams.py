@@ -663,6 +663,8 @@ def test_a_switch_stops_old_frames_and_runs_them_again_after_the_new_one(
     takes at once (``Streams.stop_for``): with the units' sessions of the runtime's threads (``both_cores``) both
     frames stop, frame 2 runs ``skip`` on both cores while the other stream waits, then frames 0 and 1 run again,
     whole; without them only the younger, frame 1, stops, and frame 2 runs on its stream's one-thread sessions.
+    Frame 0's stopped call returns late (as a call does whose node in flight is long), and frame 2 starts on both
+    cores only once it has: no other stream is inside a call then (``Streams.wait_for_stopped``).
     Where the frames take less than ``MIN_LEFT_S``, nothing stops. Either way every result equals ONNX Runtime,
     each frame comes out once, and in completion order the stopped frames come out after the switch's frame."""
     streams = unit_runtime._streams
@@ -688,16 +690,21 @@ def test_a_switch_stops_old_frames_and_runs_them_again_after_the_new_one(
             try:
                 outcome = call()
             except Exception:
+                if running.index == 0:
+                    time.sleep(0.05)  # frame 0 leaves its stopped call after frame 1 (its node in flight was long)
                 ran.append((running.index, "stopped"))
                 raise
             ran.append((running.index, "whole"))
             return outcome
         return step
 
+    others_in_calls: list[list[int]] = []  # when the switch's frame started on both cores: other streams in a call
+
     def noted(stream: int, call: Callable[[], object]) -> Callable[[], object]:
         def step() -> object:
             running = streams._running[stream]
             ran.append((-1 if running is None else running.index, "on both cores"))
+            others_in_calls.append([s for s, other in enumerate(streams._running) if s != stream and other])
             return call()
         return step
 
@@ -719,6 +726,7 @@ def test_a_switch_stops_old_frames_and_runs_them_again_after_the_new_one(
     assert ran.count((1, "stopped")) == stopped and ran.count((1, "whole")) == 1 and ran.count((0, "whole")) == 1
     assert ran.count((0, "stopped")) == (stopped and both_cores)
     assert [k for k, how in ran if how == "on both cores"] == ([2] if stopped and both_cores else [])
+    assert others_in_calls == ([[]] if stopped and both_cores else [])
     switched = next(r for r in results if r.switch is not None)
     assert switched.index == 2 and switched.switch.old == "full" and switched.switch.new == "skip"
     out = [r.index for r in results]
