@@ -18,10 +18,10 @@ Switching needs no transition room: the frame a request is taken for starts on t
 the other stream's frame finishes on the old scenario; their buffers never meet. Where no stream is free and the
 frames in flight have long enough left, the youngest is stopped for the request and runs again after the switch's
 frame, on its stream (``Streams.stop_for``); where the runtime made sessions of its threads for it (units whose
-frames take 2 ms or more), every frame in flight is stopped and the switch's frame runs on both cores, the other
-streams waiting, then the stopped frames run again. Results come back one per frame, in stream order (``completion``: a
-switch's new frame may pass the old ones), as from the one-stream loop. ``infer`` runs on stream 0 and waits for
-its frame in flight.
+frames take 2 ms or more), every frame in flight is stopped (one about to end is waited for instead) and the
+switch's frame runs on both cores, the other streams waiting, then the stopped frames run again. Results come
+back one per frame, in stream order (``completion``: a switch's new frame may pass the old ones), as from the
+one-stream loop. ``infer`` runs on stream 0 and waits for its frame in flight.
 """
 
 from __future__ import annotations
@@ -109,8 +109,10 @@ class Streams:
     and written under one lock with each stream's ``terminate``, so a flag never outlives the frame it was set for.
 
     With ``bind_on_both_cores`` (the plan bound, per stream, to sessions with the runtime's threads: ``both_cores``),
-    a request that finds every stream running a stoppable frame of another scenario with ``BOTH_CORES_MIN_LEFT_S``
-    left stops them all. The first stopped worker (``solo_role``: ``"run"``) takes the next frame, which took the
+    a request that finds every stream running a frame of another scenario stops each that may be stopped and has
+    ``BOTH_CORES_MIN_LEFT_S`` left, where at least one has and the others end within it (they run whole: on
+    drone with ``streams: 2`` one switch in 25 found a frame that close to its end, and its frame ran on one thread
+    until 2026-11-29). The first stopped worker (``solo_role``: ``"run"``) takes the next frame, which took the
     request, and runs it on both cores once every other stream's frame has left its call (``wait_for_stopped``);
     the others (``"wait"``) and every worker about to take a frame wait until it ran (``solo_done``,
     ``wait_for_solo``), then the stopped frames run again, whole. One stream's frame running beside the switch's
@@ -151,12 +153,14 @@ class Streams:
             idle.set()
 
     def stop_for(self, scenario: str) -> None:
-        """A request for ``scenario`` is pending: where every stream runs a frame with ``MIN_LEFT_S`` or more left, stop
-        the youngest of them if it may be stopped and runs another scenario (never an older one alone: the frames
-        after it would wait for it, holding their slots), or, with ``both_cores`` and every frame stoppable, of
-        another scenario and ``BOTH_CORES_MIN_LEFT_S`` from its end, all of them (class docstring). One stop per
-        switch: a later request renews the same stop. Any thread; cheap (the control node calls it under its
-        lock)."""
+        """A request for ``scenario`` is pending. With ``both_cores``, where every stream runs a frame of another
+        scenario: stop every one that may be stopped and has ``BOTH_CORES_MIN_LEFT_S`` or more left, provided at
+        least one does and the others end within that; the switch's frame then runs on both cores once all have
+        left their calls (class docstring). A frame that ends within 1 ms is not stopped but waited for: stopping
+        it saves nothing, and it runs whole. Else, where every stream runs a frame with ``MIN_LEFT_S`` or more left,
+        stop the youngest of them if it may be stopped and runs another scenario (never an older one alone: the
+        frames after it would wait for it, holding their slots). One stop per switch: a later request renews the
+        same stop. Any thread; cheap (the control node calls it under its lock)."""
         with self._stop_lock:
             if self._renew_stops():
                 return
@@ -164,19 +168,19 @@ class Streams:
                 return  # a free stream takes the request with its next frame
             running: list[_InFlight] = self._running  # type: ignore[assignment]
             now = time.perf_counter()
-            if any(self._frame_s.get(f.scenario, 0.0) - (now - f.began) < MIN_LEFT_S for f in running):
+            left = [self._frame_s.get(f.scenario, 0.0) - (now - f.began) for f in running]
+            if self.both_cores is not None and all(f.scenario != scenario for f in running):
+                stops = [s for s, f in enumerate(running) if f.stoppable and left[s] >= BOTH_CORES_MIN_LEFT_S]
+                if stops and all(s in stops or left[s] < BOTH_CORES_MIN_LEFT_S for s in range(len(running))):
+                    self._solo = set(range(len(running)))  # the switch's frame runs on both cores
+                    self._solo_claimed = False
+                    self._solo_free.clear()
+                    for stream in stops:
+                        self._stopping[stream] = True
+                        self.run_options[stream].terminate = True
+                    return
+            if any(frame_left < MIN_LEFT_S for frame_left in left):
                 return  # a stream is free about as soon as a stop would free one
-            if self.both_cores is not None and all(
-                    f.stoppable and f.scenario != scenario
-                    and self._frame_s.get(f.scenario, 0.0) - (now - f.began) >= BOTH_CORES_MIN_LEFT_S
-                    for f in running):
-                self._solo = set(range(len(running)))  # every frame stops; the switch's runs on both cores
-                self._solo_claimed = False
-                self._solo_free.clear()
-                for stream in range(len(running)):
-                    self._stopping[stream] = True
-                    self.run_options[stream].terminate = True
-                return
             stream = max(range(len(running)), key=lambda s: running[s].index)
             if running[stream].stoppable and running[stream].scenario != scenario:
                 self._stopping[stream] = True

@@ -763,3 +763,74 @@ def test_the_sessions_for_a_switch_on_both_cores_are_made_where_the_build_timed_
     assert longest_frame_s(timed) == 0.0011 < BOTH_CORES_MIN_FRAME_S  # cifar10's and adaptive's kind of frames
     assert longest_frame_s({"streams": 2, "figures": {"large": {"one_stream_s": 0.0097}}}) >= BOTH_CORES_MIN_FRAME_S
     assert longest_frame_s({"streams": 2, "figures": None}) is None and longest_frame_s(None) is None
+
+
+@pytest.mark.parametrize("order", ["completion", "stream"])
+def test_a_switch_waits_for_a_frame_about_to_end_and_runs_on_both_cores(
+        unit_runtime: Runtime, unit_app: App, order: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames 0 and 1 run on ``full``, one on each stream, when a request for ``skip`` comes; frame 0 has 0.5 ms
+    left by ``full``'s last frame time, frame 1 much longer. Only frame 1 is stopped (stopping a frame about to
+    end saves nothing); frame 0 runs whole (held 50 ms, as a call whose last node is long), and frame 2, which
+    took the request, runs on both cores once frame 0 has left its call. Then frame 1 runs again. Before, the
+    younger frame alone was stopped and frame 2 ran on its stream's one-thread sessions."""
+    streams = unit_runtime._streams
+    assert streams is not None and streams.both_cores is not None
+    refs = References(unit_app)
+    frames = [random_frame(unit_app, 640 + k) for k in range(6)]
+    both_started = threading.Barrier(2, timeout=10)
+    requested = threading.Event()
+    ran: list[tuple[int, str]] = []
+
+    def gated(stream: int, call: Callable[[], object]) -> Callable[[], object]:
+        def step() -> object:
+            running = streams._running[stream]
+            assert running is not None
+            if running.index in (0, 1) and not requested.is_set():
+                both_started.wait()
+                if running.index == 1:
+                    first = next(f for f in streams._running if f is not None and f.index == 0)
+                    first.began = time.perf_counter() - streams._frame_s["full"] + 0.0005  # 0.5 ms left
+                    unit_runtime.switch("skip")
+                    requested.set()
+                requested.wait(10)
+                if running.index == 0:
+                    time.sleep(0.05)
+            try:
+                outcome = call()
+            except Exception:
+                ran.append((running.index, "stopped"))
+                raise
+            ran.append((running.index, "whole"))
+            return outcome
+        return step
+
+    others_in_calls: list[list[int]] = []
+
+    def noted(stream: int, call: Callable[[], object]) -> Callable[[], object]:
+        def step() -> object:
+            running = streams._running[stream]
+            ran.append((-1 if running is None else running.index, "on both cores"))
+            others_in_calls.append([s for s, other in enumerate(streams._running) if s != stream and other])
+            return call()
+        return step
+
+    unit_runtime.switch("full")
+    unit_runtime.infer(frames[0])
+    for stream, bound in enumerate(streams.bounds):
+        first, *rest = bound.calls["full"]
+        monkeypatch.setitem(bound.calls, "full", (gated(stream, first), *rest))
+    for stream, bound in enumerate(streams.both_cores):
+        first, *rest = bound.calls["skip"]
+        monkeypatch.setitem(bound.calls, "skip", (noted(stream, first), *rest))
+    monkeypatch.setitem(streams._frame_s, "full", 10.0)
+    results = list(unit_runtime.process(iter(frames), order=order))
+    assert sorted(r.index for r in results) == list(range(len(frames)))
+    for result in results:
+        assert result.scenario == ("full" if result.index < 2 else "skip")
+        assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]), f"frame {result.index}")
+    assert ran.count((0, "stopped")) == 0 and ran.count((0, "whole")) == 1
+    assert ran.count((1, "stopped")) == 1 and ran.count((1, "whole")) == 1
+    assert [k for k, how in ran if how == "on both cores"] == [2] and others_in_calls == [[]]
+    assert ran.index((0, "whole")) < ran.index((2, "on both cores")) < ran.index((1, "whole"))
+    switched = next(r for r in results if r.switch is not None)
+    assert switched.index == 2 and switched.switch.old == "full" and switched.switch.new == "skip"
