@@ -148,7 +148,8 @@ class Streams:
         self._solo_claimed = False  # a worker runs (or ran) that switch's frame
         self._solo_free = threading.Event()  # clear from such a stop until the switch's frame ran
         self._solo_free.set()
-        self._idle = [threading.Event() for _ in self.bounds]  # per stream: no registered frame in a call
+        #: per stream: no registered frame in a call (kept where ``both_cores`` is: ``wait_for_stopped``)
+        self._idle = [threading.Event() for _ in self.bounds]
         for idle in self._idle:
             idle.set()
 
@@ -248,7 +249,8 @@ class Streams:
             if frame is not None:
                 with self._stop_lock:
                     self._running[stream] = _InFlight(frame[0], scenario, frame[1], begin)
-                    self._idle[stream].clear()
+                    if self.both_cores is not None:  # (only a switch on both cores waits on it: no cost elsewhere)
+                        self._idle[stream].clear()
             try:
                 for array in arrays.values():
                     bound.copy_in[scenario](array)
@@ -268,7 +270,8 @@ class Streams:
                 if frame is not None:
                     with self._stop_lock:
                         self._running[stream] = None
-                        self._idle[stream].set()
+                        if self.both_cores is not None:
+                            self._idle[stream].set()
                         self._stopping[stream] = False
                         self.run_options[stream].terminate = False
                         if not stopped and stream in self._solo:  # it ended before the stop took: not stopped
