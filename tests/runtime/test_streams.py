@@ -28,6 +28,7 @@ from sbrs.compile.footprint import parts_footprint
 from sbrs.compile.parts_plan import PartsPlan
 from sbrs.errors import InputError
 from sbrs.runtime.engine import Runtime
+from sbrs.runtime.runner import FrameResult
 from sbrs.runtime.streams import caller_busy, frames_never_wait
 from tests.runtime.conftest import NeverWaiting, References, assert_equivalent, random_frame
 
@@ -124,12 +125,10 @@ def test_the_callers_thread_runs_stream_0_only_where_the_frames_never_wait(
     assert (threads[0] == {here}) is never_waits and here not in threads[1]
 
 
-def test_a_caller_busy_with_each_result_gets_a_thread_for_stream_0(runtime: Runtime, app: App, refs: References,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """Stream 0 stands still while the caller's thread works on a result: past ``MAX_CALLER_AWAY_S`` a result
-    (over ``CALLER_WINDOW`` of them) a worker thread takes stream 0 over, and no frame is lost or run twice."""
-    from sbrs.runtime import streams as streams_module
-
+def threads_running_stream_0(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The name of the thread that runs each of stream 0's frames, in order, filled as the run goes. Stream 1 waits
+    for stream 0's first frame and is slow (5 ms a frame), so it never takes every frame there is: while the
+    caller's thread is away, a fast stream 1 would hold every slot and stream 0 might run no frame at all."""
     threads: list[str] = []
     run = runtime._streams._run  # type: ignore[union-attr]
     stream_0_ran = threading.Event()
@@ -138,12 +137,22 @@ def test_a_caller_busy_with_each_result_gets_a_thread_for_stream_0(runtime: Runt
         if stream == 0:
             threads.append(threading.current_thread().name)
             stream_0_ran.set()
-        else:  # stream 1 waits for stream 0's first frame, and is slow: it never takes every frame there is
+        else:
             stream_0_ran.wait(timeout=10)
             time.sleep(0.005)
         return run(stream, *args)
 
     monkeypatch.setattr(runtime._streams, "_run", recorded)
+    return threads
+
+
+def test_a_caller_busy_with_each_result_gets_a_thread_for_stream_0(runtime: Runtime, app: App, refs: References,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stream 0 stands still while the caller's thread works on a result: past ``MAX_CALLER_AWAY_S`` a result
+    (over ``CALLER_WINDOW`` of them) a worker thread takes stream 0 over, and no frame is lost or run twice."""
+    from sbrs.runtime import streams as streams_module
+
+    threads = threads_running_stream_0(runtime, monkeypatch)
     monkeypatch.setattr(streams_module, "CALLER_WINDOW", 4)
     frames = [random_frame(app, 130 + k) for k in range(6)] * 4
     runtime.switch("full")
@@ -166,20 +175,7 @@ def test_a_stall_of_the_callers_thread_keeps_stream_0_on_it(runtime: Runtime, ap
     window's mean over ``MAX_CALLER_AWAY_S`` and stream 0 went to a worker for the rest of the call."""
     from sbrs.runtime import streams as streams_module
 
-    threads: list[str] = []
-    run = runtime._streams._run  # type: ignore[union-attr]
-    stream_0_ran = threading.Event()
-
-    def recorded(stream: int, *args: object) -> object:
-        if stream == 0:
-            threads.append(threading.current_thread().name)
-            stream_0_ran.set()
-        else:  # stream 1 waits for stream 0's first frame, and is slow: while the caller stalls, it does not take
-            stream_0_ran.wait(timeout=10)  # every slot and every frame there is (stream 0 would then run none)
-            time.sleep(0.005)
-        return run(stream, *args)
-
-    monkeypatch.setattr(runtime._streams, "_run", recorded)
+    threads = threads_running_stream_0(runtime, monkeypatch)
     monkeypatch.setattr(streams_module, "CALLER_WINDOW", 4)
     monkeypatch.setattr(streams_module, "MAX_CALLER_AWAY_S", 1e-3)  # far above a result handed out at once
     frames = [random_frame(app, 150 + k) for k in range(6)] * 4
@@ -652,6 +648,61 @@ def test_units_on_two_streams_from_a_build(unit_app: App, tmp_path: Path) -> Non
             assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]), "from the build")
 
 
+def watch_the_switch(runtime: Runtime, before: Callable[[int], None], ran: list[tuple[int, str]],
+                     monkeypatch: pytest.MonkeyPatch, stopped_late: frozenset[int] = frozenset()) -> list[list[int]]:
+    """Frames 0 and 1 run on ``full`` and a switch to ``skip`` comes. The first call of every ``full`` frame on the
+    streams runs ``before(frame)`` first and appends (frame, ``"stopped"`` or ``"whole"``) to ``ran`` as it ends; a
+    frame of ``stopped_late`` leaves a stopped call 50 ms late (as one whose node in flight is long). The first call
+    of a ``skip`` frame on the sessions for both cores appends (frame, ``"on both cores"``). Returns, filled as the
+    run goes, for each frame on both cores the other streams that were inside a call as it began."""
+    streams = runtime._streams
+    assert streams is not None
+    others_in_calls: list[list[int]] = []
+
+    def gated(stream: int, call: Callable[[], object]) -> Callable[[], object]:
+        def step() -> object:
+            running = streams._running[stream]
+            assert running is not None
+            before(running.index)
+            try:
+                outcome = call()
+            except Exception:
+                if running.index in stopped_late:
+                    time.sleep(0.05)
+                ran.append((running.index, "stopped"))
+                raise
+            ran.append((running.index, "whole"))
+            return outcome
+        return step
+
+    def noted(stream: int, call: Callable[[], object]) -> Callable[[], object]:
+        def step() -> object:
+            running = streams._running[stream]
+            ran.append((-1 if running is None else running.index, "on both cores"))
+            others_in_calls.append([s for s, other in enumerate(streams._running) if s != stream and other])
+            return call()
+        return step
+
+    for stream, bound in enumerate(streams.bounds):
+        first, *rest = bound.calls["full"]
+        monkeypatch.setitem(bound.calls, "full", (gated(stream, first), *rest))
+    for stream, bound in enumerate(streams.both_cores or []):
+        first, *rest = bound.calls["skip"]
+        monkeypatch.setitem(bound.calls, "skip", (noted(stream, first), *rest))
+    return others_in_calls
+
+
+def check_full_then_skip(results: list[FrameResult], frames: list[np.ndarray], refs: References) -> None:
+    """Every frame came out once, frames 0 and 1 on ``full`` and the rest on ``skip``, each equal to ONNX Runtime,
+    and frame 2 took the switch."""
+    assert sorted(r.index for r in results) == list(range(len(frames)))
+    for result in results:
+        assert result.scenario == ("full" if result.index < 2 else "skip")
+        assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]), f"frame {result.index}")
+    switched = next(r for r in results if r.switch is not None)
+    assert switched.index == 2 and switched.switch.old == "full" and switched.switch.new == "skip"
+
+
 @pytest.mark.parametrize("order", ["completion", "stream"])
 @pytest.mark.parametrize("frame_s", [10.0, 0.0], ids=["frames-long-enough-to-stop", "frames-too-short"])
 @pytest.mark.parametrize("both_cores", [True, False], ids=["on-both-cores", "on-one-core"])
@@ -677,58 +728,25 @@ def test_a_switch_stops_old_frames_and_runs_them_again_after_the_new_one(
     requested = threading.Event()
     ran: list[tuple[int, str]] = []  # (frame, how its first call ended), in the order they ended
 
-    def gated(stream: int, call: Callable[[], object]) -> Callable[[], object]:
-        def step() -> object:
-            running = streams._running[stream]
-            assert running is not None
-            if running.index in (0, 1) and not requested.is_set():
-                both_started.wait()
-                if running.index == 1:
-                    unit_runtime.switch("skip")
-                    requested.set()
-                requested.wait(10)
-            try:
-                outcome = call()
-            except Exception:
-                if running.index == 0:
-                    time.sleep(0.05)  # frame 0 leaves its stopped call after frame 1 (its node in flight was long)
-                ran.append((running.index, "stopped"))
-                raise
-            ran.append((running.index, "whole"))
-            return outcome
-        return step
-
-    others_in_calls: list[list[int]] = []  # when the switch's frame started on both cores: other streams in a call
-
-    def noted(stream: int, call: Callable[[], object]) -> Callable[[], object]:
-        def step() -> object:
-            running = streams._running[stream]
-            ran.append((-1 if running is None else running.index, "on both cores"))
-            others_in_calls.append([s for s, other in enumerate(streams._running) if s != stream and other])
-            return call()
-        return step
+    def before(frame: int) -> None:
+        if frame in (0, 1) and not requested.is_set():
+            both_started.wait()
+            if frame == 1:
+                unit_runtime.switch("skip")
+                requested.set()
+            requested.wait(10)
 
     unit_runtime.switch("full")
     unit_runtime.infer(frames[0])
-    for stream, bound in enumerate(streams.bounds):
-        first, *rest = bound.calls["full"]
-        monkeypatch.setitem(bound.calls, "full", (gated(stream, first), *rest))
-    for stream, bound in enumerate(streams.both_cores or []):
-        first, *rest = bound.calls["skip"]
-        monkeypatch.setitem(bound.calls, "skip", (noted(stream, first), *rest))
+    others_in_calls = watch_the_switch(unit_runtime, before, ran, monkeypatch, stopped_late=frozenset({0}))
     monkeypatch.setitem(streams._frame_s, "full", frame_s)
     results = list(unit_runtime.process(iter(frames), order=order))
-    assert sorted(r.index for r in results) == list(range(len(frames)))
-    for result in results:
-        assert result.scenario == ("full" if result.index < 2 else "skip")
-        assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]), f"frame {result.index}")
+    check_full_then_skip(results, frames, refs)
     stopped = frame_s > 0
     assert ran.count((1, "stopped")) == stopped and ran.count((1, "whole")) == 1 and ran.count((0, "whole")) == 1
     assert ran.count((0, "stopped")) == (stopped and both_cores)
     assert [k for k, how in ran if how == "on both cores"] == ([2] if stopped and both_cores else [])
     assert others_in_calls == ([[]] if stopped and both_cores else [])
-    switched = next(r for r in results if r.switch is not None)
-    assert switched.index == 2 and switched.switch.old == "full" and switched.switch.new == "skip"
     out = [r.index for r in results]
     if order == "stream":
         assert out == sorted(out)
@@ -781,56 +799,25 @@ def test_a_switch_waits_for_a_frame_about_to_end_and_runs_on_both_cores(
     requested = threading.Event()
     ran: list[tuple[int, str]] = []
 
-    def gated(stream: int, call: Callable[[], object]) -> Callable[[], object]:
-        def step() -> object:
-            running = streams._running[stream]
-            assert running is not None
-            if running.index in (0, 1) and not requested.is_set():
-                both_started.wait()
-                if running.index == 1:
-                    first = next(f for f in streams._running if f is not None and f.index == 0)
-                    first.began = time.perf_counter() - streams._frame_s["full"] + 0.0005  # 0.5 ms left
-                    unit_runtime.switch("skip")
-                    requested.set()
-                requested.wait(10)
-                if running.index == 0:
-                    time.sleep(0.05)
-            try:
-                outcome = call()
-            except Exception:
-                ran.append((running.index, "stopped"))
-                raise
-            ran.append((running.index, "whole"))
-            return outcome
-        return step
-
-    others_in_calls: list[list[int]] = []
-
-    def noted(stream: int, call: Callable[[], object]) -> Callable[[], object]:
-        def step() -> object:
-            running = streams._running[stream]
-            ran.append((-1 if running is None else running.index, "on both cores"))
-            others_in_calls.append([s for s, other in enumerate(streams._running) if s != stream and other])
-            return call()
-        return step
+    def before(frame: int) -> None:
+        if frame in (0, 1) and not requested.is_set():
+            both_started.wait()
+            if frame == 1:
+                first = next(f for f in streams._running if f is not None and f.index == 0)
+                first.began = time.perf_counter() - streams._frame_s["full"] + 0.0005  # 0.5 ms left
+                unit_runtime.switch("skip")
+                requested.set()
+            requested.wait(10)
+            if frame == 0:
+                time.sleep(0.05)  # its call runs whole, and ends after frame 1's stopped one
 
     unit_runtime.switch("full")
     unit_runtime.infer(frames[0])
-    for stream, bound in enumerate(streams.bounds):
-        first, *rest = bound.calls["full"]
-        monkeypatch.setitem(bound.calls, "full", (gated(stream, first), *rest))
-    for stream, bound in enumerate(streams.both_cores):
-        first, *rest = bound.calls["skip"]
-        monkeypatch.setitem(bound.calls, "skip", (noted(stream, first), *rest))
+    others_in_calls = watch_the_switch(unit_runtime, before, ran, monkeypatch)
     monkeypatch.setitem(streams._frame_s, "full", 10.0)
     results = list(unit_runtime.process(iter(frames), order=order))
-    assert sorted(r.index for r in results) == list(range(len(frames)))
-    for result in results:
-        assert result.scenario == ("full" if result.index < 2 else "skip")
-        assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]), f"frame {result.index}")
+    check_full_then_skip(results, frames, refs)
     assert ran.count((0, "stopped")) == 0 and ran.count((0, "whole")) == 1
     assert ran.count((1, "stopped")) == 1 and ran.count((1, "whole")) == 1
     assert [k for k, how in ran if how == "on both cores"] == [2] and others_in_calls == [[]]
     assert ran.index((0, "whole")) < ran.index((2, "on both cores")) < ran.index((1, "whole"))
-    switched = next(r for r in results if r.switch is not None)
-    assert switched.index == 2 and switched.switch.old == "full" and switched.switch.new == "skip"
