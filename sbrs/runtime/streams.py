@@ -136,6 +136,8 @@ class Streams:
             self.bounds.append(bind(arena, options))
         self.locks = [threading.Lock() for _ in self.bounds]
         self._stop_lock = threading.Lock()
+        #: notified (where ``both_cores`` is) when a registered frame leaves its call: ``wait_for_stopped``
+        self._left_call = threading.Condition(self._stop_lock)
         self._running: list[_InFlight | None] = [None] * count  # per stream, the frame it runs now
         self._stopping: list[bool] = [False] * count
         self._frame_s: dict[str, float] = {}  # per scenario, its last frame's time on a stream
@@ -148,10 +150,6 @@ class Streams:
         self._solo_claimed = False  # a worker runs (or ran) that switch's frame
         self._solo_free = threading.Event()  # clear from such a stop until the switch's frame ran
         self._solo_free.set()
-        #: per stream: no registered frame in a call (kept where ``both_cores`` is: ``wait_for_stopped``)
-        self._idle = [threading.Event() for _ in self.bounds]
-        for idle in self._idle:
-            idle.set()
 
     def stop_for(self, scenario: str) -> None:
         """A request for ``scenario`` is pending. With ``both_cores``, where every stream runs a frame of another
@@ -226,10 +224,10 @@ class Streams:
 
     def wait_for_stopped(self, stream: int) -> None:
         """Return once every other stream's frame has left its call (stopped for the switch's frame on both cores,
-        which ``stream`` is about to run; class docstring), at most ``SOLO_WAIT_S`` a stream."""
-        for other, idle in enumerate(self._idle):
-            if other != stream:
-                idle.wait(SOLO_WAIT_S)
+        which ``stream`` is about to run; class docstring), at most ``SOLO_WAIT_S``."""
+        with self._left_call:
+            self._left_call.wait_for(
+                lambda: all(frame is None for other, frame in enumerate(self._running) if other != stream), SOLO_WAIT_S)
 
     def wait_for_solo(self) -> None:
         """Return once no switch's frame is due or running on both cores (a worker waits before its next frame).
@@ -249,8 +247,6 @@ class Streams:
             if frame is not None:
                 with self._stop_lock:
                     self._running[stream] = _InFlight(frame[0], scenario, frame[1], begin)
-                    if self.both_cores is not None:  # (only a switch on both cores waits on it: no cost elsewhere)
-                        self._idle[stream].clear()
             try:
                 for array in arrays.values():
                     bound.copy_in[scenario](array)
@@ -270,8 +266,8 @@ class Streams:
                 if frame is not None:
                     with self._stop_lock:
                         self._running[stream] = None
-                        if self.both_cores is not None:
-                            self._idle[stream].set()
+                        if self.both_cores is not None:  # (only a switch on both cores waits for it)
+                            self._left_call.notify_all()
                         self._stopping[stream] = False
                         self.run_options[stream].terminate = False
                         if not stopped and stream in self._solo:  # it ended before the stop took: not stopped
