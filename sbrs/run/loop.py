@@ -383,7 +383,8 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
         from sbrs.run.overlay import FrameViewer, frame_for_view
 
         viewer = FrameViewer(cv2, video=video_path, show=show, stop=stop,
-                             fps=source_fps if frame_source.kind == "file" and not frame_source.live else None)
+                             fps=source_fps if frame_source.kind == "file" and not frame_source.live else None,
+                             source_fps=source_fps)
     controller = PolicyController(config, runtime.switch, current=runtime.scenario, switch_source=True)
     measurements = Measurements(controller, memory)
     sensors = None

@@ -14,14 +14,17 @@ own, in stream order (during an SBRS-TP switch a result may come before the one 
 at most behind the run, which waits beyond that: every processed frame is in the video. The window shows the
 newest drawn picture from the caller's thread (GUI toolkits want one thread, Qt the main one). The video's
 frame rate is the file's where the source is a file read whole, so it plays as the clip did; else it is the
-rate the first ``RATE_FRAMES`` frames were processed at. A picture of another size than the first (a folder
-of images) is resized to the first's. ``--show``: the same pictures in a window; ``q`` or Esc there stops
-the run. It needs an OpenCV with a GUI (``opencv-python``, not ``-headless``) and a display.
+rate the first ``RATE_FRAMES`` frames were processed at, at most the rate the source declares (a stream's or a
+camera's first frames come in a burst from its buffer, processed faster than the source gives frames: a UDP
+stream of 15 frames a second was written at 17.5, its video then ran a sixth fast). A picture of another size
+than the first (a folder of images) is resized to the first's. ``--show``: the same pictures in a window; ``q``
+or Esc there stops the run. It needs an OpenCV with a GUI (``opencv-python``, not ``-headless``) and a display.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import queue
 import sys
@@ -158,14 +161,16 @@ def draw(cv2: ModuleType, frame: ViewFrame, fps: float, switch_note: str | None)
 class FrameViewer:
     """Draws, writes (``video``: a path checked by ``check_video_path``) and shows (``show``) the run's frames on
     a thread of its own (module docstring). ``fps``: the video's frame rate where it is known up front (a file
-    read whole), else None (measured); ``stop``: set when the window asks to stop the run."""
+    read whole), else None (measured, at most ``source_fps``, the rate a live source declares, where it is a
+    finite number above 0); ``stop``: set when the window asks to stop the run."""
 
     def __init__(self, cv2: ModuleType, *, video: Path | None, show: bool, fps: float | None,
-                 stop: threading.Event | None = None) -> None:
+                 stop: threading.Event | None = None, source_fps: float | None = None) -> None:
         self._cv2 = cv2
         self.video = video
         self.show = show
         self.fps = fps
+        self._source_fps = source_fps if source_fps is not None and 0 < source_fps < math.inf else None
         self._stop = stop
         self._queue: queue.Queue[ViewFrame | None] = queue.Queue(maxsize=AHEAD)
         self._writer: Any = None
@@ -265,7 +270,8 @@ class FrameViewer:
         if not self._sample:
             return
         span = self._sample[-1][1] - self._sample[0][1]
-        self.fps = (len(self._sample) - 1) / span if span > 0 else FALLBACK_FPS
+        measured = (len(self._sample) - 1) / span if span > 0 else self._source_fps or FALLBACK_FPS
+        self.fps = measured if self._source_fps is None else min(measured, self._source_fps)
         for image, _ in self._sample:
             self._write(image)
         self._sample.clear()

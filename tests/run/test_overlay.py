@@ -85,6 +85,24 @@ def test_a_live_sources_video_plays_at_its_processing_rate(tmp_path: Path) -> No
     capture.release()
 
 
+@pytest.mark.parametrize(("processed", "declared", "written"),
+                         [(40.0, 15.0, 15.0), (8.0, 15.0, 8.0), (40.0, float("nan"), 40.0), (40.0, 0.0, 40.0)],
+                         ids=["burst-capped", "slower-than-the-source", "declared-nan", "declared-zero"])
+def test_a_live_sources_video_never_plays_faster_than_the_source_gives_frames(
+        tmp_path: Path, processed: float, declared: float, written: float) -> None:
+    """A stream's first frames come in a burst from its buffer: processed at 40 a second from a source of 15, the
+    video plays at 15. Processed slower than the source (frames dropped), at the processing rate. A declared rate
+    that is no rate is ignored."""
+    viewer = FrameViewer(cv2, video=tmp_path / "live.mp4", show=False, fps=None, source_fps=declared)
+    for frame in frames(12, processed):
+        viewer.add(frame)
+    viewer.close()
+    assert viewer.fps == pytest.approx(written)
+    capture = cv2.VideoCapture(str(tmp_path / "live.mp4"))
+    assert capture.get(cv2.CAP_PROP_FPS) == pytest.approx(written, rel=0.01)
+    capture.release()
+
+
 def test_a_short_live_run_is_written_too(tmp_path: Path) -> None:
     viewer = FrameViewer(cv2, video=tmp_path / "short.mp4", show=False, fps=None)
     for frame in frames(3, 5.0):
