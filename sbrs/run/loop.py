@@ -380,11 +380,12 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
             raise InputError("draws on the source's pictures, and random or .npy frames have none: give a video, "
                              "a camera, a stream or a folder of images with --source",
                              field="--save-video" if save_video is not None else "--show")
+        from sbrs.control.sensors import source_frame_rate
         from sbrs.run.overlay import FrameViewer, frame_for_view
 
         viewer = FrameViewer(cv2, video=video_path, show=show, stop=stop,
                              fps=source_fps if frame_source.kind == "file" and not frame_source.live else None,
-                             source_fps=source_fps)
+                             source_fps=source_frame_rate(frame_source))
     controller = PolicyController(config, runtime.switch, current=runtime.scenario, switch_source=True)
     measurements = Measurements(controller, memory)
     sensors = None

@@ -24,7 +24,6 @@ or Esc there stops the run. It needs an OpenCV with a GUI (``opencv-python``, no
 from __future__ import annotations
 
 import logging
-import math
 import os
 import queue
 import sys
@@ -161,8 +160,9 @@ def draw(cv2: ModuleType, frame: ViewFrame, fps: float, switch_note: str | None)
 class FrameViewer:
     """Draws, writes (``video``: a path checked by ``check_video_path``) and shows (``show``) the run's frames on
     a thread of its own (module docstring). ``fps``: the video's frame rate where it is known up front (a file
-    read whole), else None (measured, at most ``source_fps``, the rate a live source declares, where it is a
-    finite number above 0); ``stop``: set when the window asks to stop the run."""
+    read whole), else None (measured, at most ``source_fps``: the rate a live source declares, as
+    ``sbrs.control.sensors.source_frame_rate`` reads it, None where it declares none); ``stop``: set when the
+    window asks to stop the run."""
 
     def __init__(self, cv2: ModuleType, *, video: Path | None, show: bool, fps: float | None,
                  stop: threading.Event | None = None, source_fps: float | None = None) -> None:
@@ -170,7 +170,7 @@ class FrameViewer:
         self.video = video
         self.show = show
         self.fps = fps
-        self._source_fps = source_fps if source_fps is not None and 0 < source_fps < math.inf else None
+        self._source_fps = source_fps
         self._stop = stop
         self._queue: queue.Queue[ViewFrame | None] = queue.Queue(maxsize=AHEAD)
         self._writer: Any = None

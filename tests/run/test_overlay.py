@@ -6,10 +6,12 @@ from __future__ import annotations
 import random
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from sbrs.control.sensors import source_frame_rate
 from sbrs.errors import InputError
 from sbrs.outputs.detections import Detections
 from sbrs.run.overlay import (
@@ -92,8 +94,9 @@ def test_a_live_sources_video_never_plays_faster_than_the_source_gives_frames(
         tmp_path: Path, processed: float, declared: float, written: float) -> None:
     """A stream's first frames come in a burst from its buffer: processed at 40 a second from a source of 15, the
     video plays at 15. Processed slower than the source (frames dropped), at the processing rate. A declared rate
-    that is no rate is ignored."""
-    viewer = FrameViewer(cv2, video=tmp_path / "live.mp4", show=False, fps=None, source_fps=declared)
+    that is no rate is ignored (``sbrs run`` passes the source's ``fps`` as ``source_frame_rate`` reads it)."""
+    source_fps = source_frame_rate(SimpleNamespace(fps=declared))
+    viewer = FrameViewer(cv2, video=tmp_path / "live.mp4", show=False, fps=None, source_fps=source_fps)
     for frame in frames(12, processed):
         viewer.add(frame)
     viewer.close()
