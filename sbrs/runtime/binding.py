@@ -245,7 +245,9 @@ def bind_parts(plan: PartsPlan, sessions: Mapping[str, ort.InferenceSession], ar
                 bound._touch(scenario, len(parts.calls))[0].append(span)
                 bound.copy_out_reads.setdefault(scenario, []).append(span)
             if buffers[t].layout == ROWS:
-                outputs[t] = lambda v=output_view: np.ascontiguousarray(v.transpose(TO_NCHW))
+                # always a copy: ``np.ascontiguousarray`` hands back the arena's own bytes wherever the transposed
+                # view is already contiguous (one channel, or one row), which the next frame then overwrites
+                outputs[t] = lambda v=output_view: v.transpose(TO_NCHW).copy()
             else:
                 outputs[t] = output_view.copy
         bound.copy_out[scenario] = outputs
