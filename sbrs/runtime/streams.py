@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from queue import Empty, SimpleQueue
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnxruntime as ort
@@ -74,6 +74,9 @@ BOTH_CORES_MIN_LEFT_S = 1e-3
 #: The longest a stream's worker waits, before its next frame, for a switch's frame on both cores
 #: (``Streams.wait_for_solo``); such a frame takes one frame's time at most.
 SOLO_WAIT_S = 1.0
+
+#: What ``next`` returns at the end of the caller's frames (``_Feeder.take``).
+_END: Any = object()
 
 #: A frame's computed outputs, with the times its stream started and finished it.
 Computed = tuple[dict[str, np.ndarray], float, float]
@@ -337,8 +340,8 @@ class _Feeder:
                     return None
                 runner = self.runner
                 try:
-                    frame = next(self.source, None)
-                    if frame is None:
+                    frame = next(self.source, _END)
+                    if frame is _END:  # (a frame of None is a malformed frame, raised in its turn)
                         self.stop()
                         return None
                     arrays = runner.checked_frame(frame)

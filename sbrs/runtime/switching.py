@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,27 +43,41 @@ TERMINATED = "terminate flag"
 
 
 class Lookahead:
-    """The frame stream with one frame of look-ahead (checked frames; None at the end)."""
+    """The frame stream with one frame of look-ahead (checked frames; None at the end).
+
+    ``peek`` reads the next frame while the frame in flight is still to be delivered (a switch looks at it), so
+    a malformed frame or an error of the caller's iterable met there is kept and raised by the ``take`` of its
+    turn: the frame in flight finishes and its result is yielded first, as without a switch. A frame that is
+    ``None`` is a malformed frame, not the end of the frames."""
 
     def __init__(self, frames: Iterator[Frame], check: Callable[[Frame], dict[str, np.ndarray]]) -> None:
         self._frames = frames
         self._check = check
         self._next: dict[str, np.ndarray] | None = None
+        self._error: Exception | None = None
 
     def peek(self) -> dict[str, np.ndarray] | None:
-        if self._next is None:
-            frame = next(self._frames, None)
-            if frame is None:
-                return None
-            self._next = self._check(frame)
+        if self._next is None and self._error is None:
+            try:
+                self._next = self._read()
+            except Exception as error:  # raised by ``take`` in its frame's turn
+                self._error = error
         return self._next
 
     def take(self) -> dict[str, np.ndarray] | None:
         arrays, self._next = self._next, None
-        if arrays is None:
-            frame = next(self._frames, None)
-            return None if frame is None else self._check(frame)
-        return arrays
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        return self._read() if arrays is None else arrays
+
+    def _read(self) -> dict[str, np.ndarray] | None:
+        frame = next(self._frames, _END)
+        return None if frame is _END else self._check(frame)
+
+
+#: What ``next`` returns at the end of the caller's frames (a frame of ``None`` is a malformed frame).
+_END: Any = object()
 
 
 def start_transition(runner: FrameRunner, old: str, step: int, pending: SwitchRequest,

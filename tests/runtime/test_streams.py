@@ -821,3 +821,20 @@ def test_a_switch_waits_for_a_frame_about_to_end_and_runs_on_both_cores(
     assert ran.count((1, "stopped")) == 1 and ran.count((1, "whole")) == 1
     assert [k for k, how in ran if how == "on both cores"] == [2] and others_in_calls == [[]]
     assert ran.index((0, "whole")) < ran.index((2, "on both cores")) < ran.index((1, "whole"))
+
+
+def test_a_frame_of_none_is_malformed_on_streams_too(load_example: Callable[[str], App]) -> None:
+    """Not the end of the frames: the frames after it were silently dropped."""
+    from dataclasses import replace
+
+    tiny = load_example("tiny")
+    app = replace(tiny, config=replace(tiny.config, runtime=replace(tiny.config.runtime, streams=2)))
+    frame = random_frame(app, 5)
+    with Runtime.from_app(app) as runtime:
+        assert runtime.stream_count == 2
+        for frames in ([frame, None, frame], iter([frame, None, frame])):  # the caller's thread, or workers only
+            results = []
+            with pytest.raises(InputError, match="NoneType"):
+                for result in runtime.process(frames):  # type: ignore[arg-type]
+                    results.append(result.index)
+            assert results == [0]

@@ -27,6 +27,7 @@ from sbrs.compile.transitions import (
     plan_shadow,
 )
 from sbrs.compile.unit_plan import build_unit_plan
+from sbrs.errors import InputError
 from sbrs.runtime import runtime_for
 from sbrs.runtime.engine import Runtime
 from tests.conftest import APPS
@@ -286,3 +287,52 @@ def test_a_caller_that_stops_after_the_new_output_leaves_the_runtime_consistent(
         results.close()  # the old frame's rest still runs; its result goes nowhere
         assert runtime.node.state == "running" and runtime.node.status()["switching_to"] is None
         assert_equivalent(runtime.infer(frames[2]), refs.outputs(new, frames[2]), "after an abandoned stream")
+
+
+def frames_then(first: np.ndarray, then: object) -> Iterator[object]:
+    """``first``, then ``then`` as the second frame, or the error ``then`` is raised by the iterable itself."""
+    yield first
+    if isinstance(then, Exception):
+        raise then
+    yield then
+
+
+@pytest.mark.parametrize("units", ["several", "one"])
+@pytest.mark.parametrize("second", ["malformed", "none", "source-error"])
+def test_a_bad_next_frame_seen_by_a_switch_leaves_the_frame_in_flight_its_result(
+        load_example: Callable[[str], App], units: str, second: str) -> None:
+    """A switch looks at the next frame while the frame in flight is still to be delivered (a transition after
+    an old step, or the new frame first after the last one): a malformed next frame, or the caller's iterable
+    failing there, is raised in its own turn, after the frame in flight's result, which was lost before."""
+    from sbrs.app import load_app
+
+    own_settings = Path(__file__).resolve().parents[2] / "apps" / "tiny.yaml"  # one unit per scenario
+    app = load_example("tiny") if units == "several" else load_app(own_settings)
+    refs = References(app)
+    frame = random_frame(app, 3)
+    then, expected = {"malformed": (frame[:, :, :5], InputError), "none": (None, InputError),
+                      "source-error": (RuntimeError("camera unplugged"), RuntimeError)}[second]
+    with runtime_for(app, use_build=False, transition="sbrs-tp") as runtime:
+        old, new = runtime.scenarios[0], runtime.scenarios[1]
+        assert (len(runtime.plan.sequences[old]) == 1) == (units == "one")
+        runtime.switch(old)
+        runtime.infer(frame)
+        results = []
+        with pytest.raises(expected):
+            for result in runtime.process_with_hooks(frames_then(frame, then), inject=(1, new)):
+                results.append(result)
+        assert [(r.index, r.scenario) for r in results] == [(0, old)]
+        assert_equivalent(results[0].outputs, refs.outputs(old, frame), f"{units} {second}")
+        assert runtime.scenario == new  # the request is still pending for the next frame
+        assert_equivalent(runtime.infer(frame), refs.outputs(new, frame), f"{units} {second}: after")
+
+
+def test_a_frame_of_none_is_malformed_not_the_end_of_the_frames(load_example: Callable[[str], App]) -> None:
+    app = load_example("tiny")
+    frame = random_frame(app, 4)
+    with runtime_for(app) as runtime:
+        results = []
+        with pytest.raises(InputError, match="NoneType"):
+            for result in runtime.process([frame, None, frame]):  # type: ignore[list-item]
+                results.append(result.index)
+        assert results == [0]
