@@ -440,7 +440,10 @@ class Runtime:
         An unknown name is an ``InputError`` and changes nothing. The frame in flight finishes on the old
         scenario; under SBRS-TP and ``process`` the next frame may start before it ends (module docstring).
         Under ``on_switch: cancel`` the frame in flight is given up and run again on ``scenario`` instead.
+        After ``close`` it raises ``SbrsRuntimeError``, as ``infer`` does.
         """
+        if self.runner.closed:  # (``close`` empties the table of calls: every name would read as unknown)
+            raise SbrsRuntimeError("the runtime is closed")
         if scenario not in self.runner.calls:
             raise InputError(f"unknown scenario '{scenario}' (scenarios: {', '.join(self.scenarios)})",
                              field="switch")

@@ -45,6 +45,9 @@ def test_rejected_frames_and_switches_leave_the_runtime_working(load_example: Ca
         assert_equivalent(runtime.infer({"input": frame}), references.outputs("skip", frame), "dict frame")
     with pytest.raises(SbrsRuntimeError):
         runtime.infer(frame)
+    with pytest.raises(SbrsRuntimeError, match="closed"):  # not "unknown scenario 'skip' (scenarios: ..., skip)"
+        runtime.switch("skip")
+    runtime.close()  # twice: nothing to release
 
 
 def test_an_unavailable_provider_is_named_with_the_available_ones(load_example: Callable[[str], App]) -> None:
