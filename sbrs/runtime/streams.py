@@ -308,9 +308,15 @@ class _Feeder:
     removes entries. On pamap2's 0.05 ms frames the threads' coordination is what two streams run at: 19-20k
     frames a second with conditions, 21-22k with tokens, where the bare calls ran 31-34k (docs/DESIGN.md)."""
 
-    def __init__(self, runner: FrameRunner, frames: Iterable[Frame], slots: int, workers: int) -> None:
+    def __init__(self, runner: FrameRunner, frames: Iterable[Frame], slots: int, workers: int, *,
+                 own_copies: bool = False) -> None:
         self.runner = runner
         self.source = iter(frames)
+        # Take each frame as a copy of its arrays: a source that may refill the array it handed over (a capture loop
+        # into one buffer) does so when the next frame is taken, by another stream, maybe before this frame was
+        # copied into its arena, and before a frame stopped for a switch runs again (17 results in 300 were
+        # another frame's on pamap2); one stream, or plain ONNX Runtime, is done with a frame before the next.
+        self.own_copies = own_copies
         self.workers = workers
         self.free: SimpleQueue[None] = SimpleQueue()  # a token per slot not in use
         for _ in range(slots):
@@ -345,6 +351,8 @@ class _Feeder:
                         self.stop()
                         return None
                     arrays = runner.checked_frame(frame)
+                    if self.own_copies:
+                        arrays = {name: array.copy() for name, array in arrays.items()}
                 except BaseException as error:  # raised to the caller after the frames before it
                     self.error = error
                     return None
@@ -413,7 +421,8 @@ def process_in_streams(runner: FrameRunner, streams: Streams, frames: Iterable[F
     # first) goes on with the next; without it the worker, finishing then, found every slot held and its core
     # idled for the rest of the caller's frame (drone on two streams: one frame in ten lost, in blocks of 20); kept
     # where stream 0 gets a worker later in the call, which only lets one more frame be taken ahead
-    feeder = _Feeder(runner, frames, slots=streams.count + 1 + caller_runs, workers=streams.count - caller_runs)
+    feeder = _Feeder(runner, frames, slots=streams.count + 1 + caller_runs, workers=streams.count - caller_runs,
+                     own_copies=not caller_runs)
     done: SimpleQueue[_Taken | int] = SimpleQueue()  # a computed frame, or a worker's stream when it ends
     run = streams._run
 

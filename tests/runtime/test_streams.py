@@ -838,3 +838,36 @@ def test_a_frame_of_none_is_malformed_on_streams_too(load_example: Callable[[str
                 for result in runtime.process(frames):  # type: ignore[arg-type]
                     results.append(result.index)
             assert results == [0]
+
+
+def test_a_source_that_refills_one_array_gets_each_frame_s_own_result(load_example: Callable[[str], App]) -> None:
+    """A capture loop that hands every frame over in the same array and refills it for the next: on two streams
+    the next frame is taken (the array refilled) by the other stream, maybe before this frame was copied into its
+    arena, so each frame is taken as a copy; one stream, like plain ONNX Runtime, is done with it before."""
+    from dataclasses import replace
+
+    from sbrs.runtime.streams import _Feeder
+
+    tiny = load_example("tiny")
+    app = replace(tiny, config=replace(tiny.config, runtime=replace(tiny.config.runtime, streams=2)))
+    refs = References(app)
+    frames = [random_frame(app, k) for k in range(200)]
+    one_array = np.empty_like(frames[0])
+
+    def refilled() -> Iterator[np.ndarray]:
+        for frame in frames:
+            one_array[...] = frame
+            yield one_array
+
+    with Runtime.from_app(app) as runtime:
+        assert runtime.stream_count == 2
+        feeder = _Feeder(runtime.runner, refilled(), slots=1, workers=1, own_copies=True)
+        taken = feeder.take()
+        assert taken is not None and not np.shares_memory(taken.arrays["input"], one_array)
+        feeder.stop()
+        runtime.switch(runtime.scenarios[0])
+        for result in runtime.process(refilled()):
+            if result.index % 50 == 0:
+                runtime.switch(runtime.scenarios[result.index // 50 % len(runtime.scenarios)])
+            assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]),
+                              f"frame {result.index} on {result.scenario}")
