@@ -52,7 +52,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from transitions import Machine
+from transitions import Machine, State
 
 from sbrs.runtime.events import Observers
 
@@ -70,6 +70,32 @@ _TRANSITIONS: tuple[dict[str, Any], ...] = (
     {"trigger": "shutdown", "source": ["loading", "running", "switching"], "dest": "stopping"},
     {"trigger": "halt", "source": ["loading", "running", "switching", "stopping"], "dest": "stopped"},
 )
+
+
+class _QuietState(State):
+    """``transitions``' state without its INFO record at every entry and exit.
+
+    ``transitions`` logs each state entered and left, and each callback run, at INFO on its module's logger:
+    six records a switch, in the switch's path, in an application that logs at INFO (a common setting) and
+    beside that application's own records. The library has no switch for it per machine, and the
+    ``transitions`` logger's level is the application's to set (it may drive machines of its own).
+    """
+
+    def enter(self, event_data: Any) -> None:
+        event_data.machine.callbacks(self.on_enter, event_data)
+
+    def exit(self, event_data: Any) -> None:
+        event_data.machine.callbacks(self.on_exit, event_data)
+
+
+class _QuietMachine(Machine):
+    """``transitions``' machine on ``_QuietState`` whose callbacks are run without an INFO record each."""
+
+    state_cls = _QuietState
+
+    def callbacks(self, funcs: Any, event_data: Any) -> None:
+        for func in funcs:
+            self.callback(func, event_data)
 
 
 @dataclass(slots=True, eq=False)  # not frozen: made on the requesting thread, in the switch's critical path
@@ -155,7 +181,7 @@ class ControlNode:
         self._delay_total = 0.0
         self._fsm = _Fsm(self)
         self._last_state = "loading"
-        self._machine = Machine(model=self._fsm, states=list(STATES), transitions=[dict(t) for t in _TRANSITIONS],
+        self._machine = _QuietMachine(model=self._fsm, states=list(STATES), transitions=[dict(t) for t in _TRANSITIONS],
                                 initial="loading", auto_transitions=False, after_state_change=self._entered)
         self.observers.state_changed("loading", initial)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
@@ -97,6 +98,25 @@ def test_state_machine_transitions() -> None:
     assert results == {"accepted": 4, "replaced": 1}  # b replaced by c; the policy's own SSRs are not requests
     assert [args[:2] for args in recorder.named("switch_done")] == [("a", "c"), ("c", "a")]
     assert node.status()["switches_done"] == 2
+
+
+def test_switches_write_nothing_into_an_application_logging_at_info(load_example: Callable[[str], App],
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """The ``transitions`` library logs every state entered and left and every callback at INFO (six records
+    a switch before): an application that logs at INFO got them beside its own. Its own machines still log."""
+    from transitions import Machine
+
+    app = load_example("tiny")
+    frame = random_frame(app, 0)
+    with caplog.at_level(logging.INFO), runtime_for(app) as runtime:
+        for scenario in [*runtime.scenarios, *runtime.scenarios]:
+            runtime.switch(scenario)
+            runtime.infer(frame)
+        assert runtime.node.switches >= 4
+        Machine(states=["a", "b"], initial="a").to_b()  # the application's own machine
+    from_transitions = [record.getMessage() for record in caplog.records if record.name.startswith("transitions")]
+    assert from_transitions == ["Finished processing state a exit callbacks.",
+                                "Finished processing state b enter callbacks."]
 
 
 @pytest.fixture
