@@ -63,6 +63,12 @@ class Bound:
                                 for step, name in enumerate(names, 1))
                 for scenario, names in self.steps.items()}
 
+    def release(self) -> None:
+        """Drop the steps and copies: the IO bindings in them hold their sessions (and the weights those hold)."""
+        self.calls.clear()
+        self.copy_in.clear()
+        self.copy_out.clear()
+
     def _touch(self, scenario: str, step: int) -> tuple[list[Range], list[Range]]:
         return self.accesses.setdefault((scenario, step), ([], []))
 

@@ -632,11 +632,12 @@ class Runtime:
             if runner.worker is not None:
                 runner.worker.shutdown(wait=True)
                 runner.worker = None
-            runner.calls.clear()
-            runner.copy_in.clear()
-            runner.copy_out.clear()
+            runner.bound.release()
+            runner.new_bound.release()  # a transition's new frame: the same sessions bound to the shadow slots
             self._sessions.clear()
             self._switch_sessions.clear()
+        if self._streams is not None:  # after the runner's lock: a stream's frame never waits for it while it runs
+            self._streams.release()
         self.node.halt()
 
     def __enter__(self) -> Runtime:

@@ -154,6 +154,15 @@ class Streams:
         self._solo_free = threading.Event()  # clear from such a stop until the switch's frame ran
         self._solo_free.set()
 
+    def release(self) -> None:
+        """Drop every stream's bindings (``Runtime.close``), each under its stream's lock: a frame running on it
+        ends first. The caller's feeder takes no frame once the runtime is closed."""
+        for stream, lock in enumerate(self.locks):
+            with lock:
+                self.bounds[stream].release()
+                if self.both_cores is not None:
+                    self.both_cores[stream].release()
+
     def stop_for(self, scenario: str) -> None:
         """A request for ``scenario`` is pending. With ``both_cores``, where every stream runs a frame of another
         scenario: stop every one that may be stopped and has ``BOTH_CORES_MIN_LEFT_S`` or more left, provided at
