@@ -366,7 +366,7 @@ class _Loop:
     def serve(self, client: _Client, mask: int) -> None:
         if mask & selectors.EVENT_READ:
             self.read(client)
-        if client in self.clients and mask & selectors.EVENT_WRITE:
+        if client in self.clients and mask & selectors.EVENT_WRITE and client.out:
             self.write(client)
         if client in self.clients:
             self.advance(client)
@@ -428,7 +428,11 @@ class _Loop:
                 client.shut = True
         wants_input = (not client.ended and not client.busy and not client.lines
                        and len(client.out) < HIGH_WATER_BYTES)
-        mask = (selectors.EVENT_READ if wants_input else 0) | (selectors.EVENT_WRITE if client.out else 0)
+        # Lines left unanswered at the high-water mark are answered when the socket takes more: wait for it to be
+        # writable even when everything queued is already sent, or no event would ever come for them.
+        unanswered = client.mode == "served" and bool(client.lines) and not client.busy
+        mask = ((selectors.EVENT_READ if wants_input else 0)
+                | (selectors.EVENT_WRITE if client.out or unanswered else 0))
         if mask != client.mask:
             if client.mask == 0:
                 self.selector.register(client.sock, mask, client)

@@ -307,3 +307,16 @@ def test_a_huge_integer_is_answered_and_pipelined_requests_survive(controller: F
         first, second = connection.read_reply(), connection.read_reply()
         assert first["code"] == "bad_json" and "digits" in first["error"]
         assert second["ok"] and second["id"] == 2
+
+
+def test_pipelined_requests_past_the_high_water_mark_are_all_answered(controller: FakeController,
+                                                                      sock_dir: Path) -> None:
+    """Requests sent back to back whose replies pass HIGH_WATER_BYTES were answered up to the mark and then
+    never: once the queued replies were sent, the connection waited for no event at all."""
+    count = 1000  # 27 KB of requests (the socket takes them at once), some 250 KB of replies: past the mark
+    requests = b"".join(json.dumps({"op": "status", "id": index}).encode() + b"\n" for index in range(count))
+    with Server(controller, sock_dir / "s.sock") as server, Connection(server.socket_path, TIMEOUT) as connection:
+        connection.send_raw(requests)
+        replies = [connection.read_reply() for _ in range(count)]
+        assert [reply["id"] for reply in replies] == list(range(count))
+        assert connection.request({"op": "switch", "scenario": "eco"})["ok"]
