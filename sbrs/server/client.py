@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -150,9 +151,18 @@ def resolve_target(args: argparse.Namespace) -> Target:
     return found[0]
 
 
+def _check_finite(value: float, option: str, *, positive: bool = False) -> float:
+    """An option's number, refused in one line when it is NaN or infinite (or, ``positive``, ≤ 0): JSON has no
+    NaN for the server to name the option by, and a socket's timeout must be a positive number of seconds."""
+    if not math.isfinite(value) or (positive and value <= 0):
+        raise InputError(f"expected a finite number{' > 0' if positive else ''}, got {value:g}", field=option)
+    return value
+
+
 def _exchange(args: argparse.Namespace, request: Mapping[str, Any], describe: Callable[[dict[str, Any]], str]) -> int:
     """Send ``request``, print the reply (``--json``: as is; else ``describe``'s text); exit status."""
-    reply = send_request(resolve_target(args), request, args.timeout)
+    timeout = _check_finite(args.timeout, "--timeout", positive=True)
+    reply = send_request(resolve_target(args), request, timeout)
     if args.json:
         json.dump(reply, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -181,7 +191,7 @@ def _parse_requirements(text: str) -> dict[str, float]:
         try:
             if not separator:
                 raise ValueError(part)
-            weights[key.strip()] = float(value)
+            weights[key.strip()] = _check_finite(float(value), "--requirements")
         except ValueError:
             raise InputError(f"expected NAME=WEIGHT,... (e.g. accuracy=0.5,energy=0.5), got {text!r}",
                              field="--requirements") from None
@@ -192,10 +202,11 @@ def cmd_env(args: argparse.Namespace) -> int:
     request: dict[str, Any] = {"op": "env"}
     for field in args.clear:
         request[field] = None
-    for field, value in (("battery", args.battery), ("min_fps", args.min_fps),
-                         ("energy_budget_j", args.energy_budget), ("temperature", args.temperature)):
+    for field, option, value in (("battery", "--battery", args.battery), ("min_fps", "--min-fps", args.min_fps),
+                                 ("energy_budget_j", "--energy-budget", args.energy_budget),
+                                 ("temperature", "--temperature", args.temperature)):
         if value is not None:
-            request[field] = value
+            request[field] = _check_finite(value, option)
     if args.requirements is not None:
         request["requirements"] = _parse_requirements(args.requirements)
     if len(request) == 1:

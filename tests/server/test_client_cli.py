@@ -80,10 +80,22 @@ def test_env(run: Run, server: Server, controller: FakeController) -> None:
     (("--requirements", "accuracy"), "--requirements: expected NAME=WEIGHT"),
     (("--requirements", "accuracy=high"), "--requirements: expected NAME=WEIGHT"),
     (("--requirements", "accuracy=0.5"), "requirement weights must sum to 1"),
+    # JSON has no NaN: the server could only say "NaN is not valid JSON", naming no option
+    (("--battery", "nan"), "--battery: expected a finite number, got nan"),
+    (("--min-fps", "inf"), "--min-fps: expected a finite number, got inf"),
+    (("--requirements", "accuracy=nan"), "--requirements: expected a finite number, got nan"),
 ])
 def test_env_bad_options_exit_2(run: Run, server: Server, args: tuple[str, ...], fragment: str) -> None:
     status, _, err = run("env", *args, "--socket", str(server.socket_path))
     assert status == 2 and fragment in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("timeout", ["-1", "0", "nan", "inf"])
+def test_bad_timeout_exits_2_naming_it(run: Run, server: Server, timeout: str) -> None:
+    """A timeout socket.settimeout refuses was an internal error (ValueError), 0 a non-blocking socket."""
+    status, out, err = run("status", "--timeout", timeout, "--socket", str(server.socket_path))
+    assert status == 2 and out == ""
+    assert err.startswith("sbrs: error: --timeout: expected a finite number > 0") and err.count("\n") == 1
 
 
 def test_status(run: Run, server: Server) -> None:
