@@ -5,6 +5,11 @@ The level is ``SYS_STATUS.battery_remaining`` and ``BATTERY_STATUS.battery_remai
 "unknown", is no reading). A HEARTBEAT from an autopilot (not from a ground station or another companion) says the
 flight controller is there even while it sends no battery level.
 
+One flight controller is followed: the first MAVLink system heard sending an autopilot's HEARTBEAT or a battery
+level. A router may pass on the messages of other systems (a second vehicle, a simulator beside the real one);
+their battery levels are ignored (the first of each system is logged), or the level, and the policy's scenario,
+would flip between theirs at every message, whatever the hysteresis.
+
 Why not ``pymavlink.mavutil.mavlink_connection``: importing ``mavutil`` sets the process' ``MAVLINK_DIALECT``
 environment variable and imports about 170 modules (``ssl`` among them); a library must change no process-wide
 state. So sbrs imports one generated dialect module (``pymavlink.dialects.v20.common``: its parser reads MAVLink
@@ -21,6 +26,7 @@ know (an autopilot's own messages) is not garbage and is ignored.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 from typing import Any
@@ -34,6 +40,9 @@ READ_BYTES = 65536
 MAX_DATAGRAMS_PER_READ = 256  # then the thread sees to its other sensors and comes back
 CONNECT_TIMEOUT_S = 1.0
 MAV_AUTOPILOT_INVALID = 8  # MAVLink's MAV_AUTOPILOT enum: "no valid autopilot", e.g. a ground station
+UNKNOWN_LEVEL = -1  # battery_remaining when the autopilot does not know
+
+logger = logging.getLogger(__name__)
 
 
 def load_dialect() -> Any:
@@ -59,6 +68,8 @@ class MavlinkBattery:
         self._parser = self._new_parser()
         self._socket: socket.socket | None = None
         self._descriptor: int | None = None  # a serial device's
+        self._system: int | None = None  # the MAVLink system id of the flight controller followed, once heard
+        self._ignored_systems: set[int] = set()  # other systems whose levels were ignored (logged once each)
         if spec.link == "udpin":
             self._socket = _bind_udp(spec)
         elif spec.link == "serial":
@@ -146,15 +157,33 @@ class MavlinkBattery:
         for message in messages:
             kind = message.get_type()
             if kind == "HEARTBEAT":
-                if message.autopilot != MAV_AUTOPILOT_INVALID:
+                if message.autopilot != MAV_AUTOPILOT_INVALID and self._follows(message, kind, claims=True):
                     batch.heard = True
             elif kind == "SYS_STATUS" or (kind == "BATTERY_STATUS" and message.id == 0):
-                self._level(kind, message.battery_remaining, batch)
+                percent = message.battery_remaining
+                if self._follows(message, kind, claims=0 <= percent <= 100):
+                    self._level(kind, percent, batch)
+
+    def _follows(self, message: Any, kind: str, *, claims: bool) -> bool:
+        """Whether ``message`` comes from the flight controller followed; the first system whose message
+        ``claims`` it (an autopilot's HEARTBEAT, a known battery level) becomes it (module docstring)."""
+        system = int(message.get_srcSystem())
+        if self._system is None:
+            if not claims:  # e.g. "level unknown" from whoever sent it: nothing to follow yet
+                return True
+            self._system = system
+        if system == self._system:
+            return True
+        if system not in self._ignored_systems:
+            self._ignored_systems.add(system)  # at most 256 system ids
+            logger.warning("sbrs run: sensor %s: ignoring %s from MAVLink system %d: following the flight "
+                           "controller of system %d, the first heard", self.spec.spec, kind, system, self._system)
+        return False
 
     @staticmethod
     def _level(kind: str, percent: int, batch: Batch) -> None:
         batch.heard = True
-        if percent == -1:  # the autopilot does not know
+        if percent == UNKNOWN_LEVEL:  # the autopilot does not know
             return
         if not 0 <= percent <= 100:
             batch.garbage(f"{kind}.battery_remaining {percent} is no percentage")

@@ -77,6 +77,24 @@ def test_what_is_no_level_is_ignored(udp: tuple[MavlinkBattery, FlightController
     assert batch.values == [] and batch.malformed == 0 and batch.heard
 
 
+def test_one_flight_controller_is_followed(udp: tuple[MavlinkBattery, FlightController],
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    """Two systems on one link (a second vehicle through the router): the level flipped between theirs at every
+    message, and the policy's scenario with it. The first system heard with a level is followed."""
+    sensor, autopilot = udp
+    other = FlightController(autopilot.write, system=7)
+    autopilot.send(other.sys_status(-1))  # "unknown" claims nothing: system 1 may still be the one followed
+    autopilot.send(autopilot.heartbeat(), autopilot.sys_status(80))
+    for _ in range(3):
+        autopilot.send(other.heartbeat(), other.sys_status(10), other.battery_status(11), autopilot.sys_status(79))
+    batch = read_until(sensor, lambda b: len(b.values) == 4)
+    time.sleep(0.05)
+    batch.values += sensor.read().values
+    assert batch.values == [0.80, 0.79, 0.79, 0.79] and batch.malformed == 0 and batch.heard
+    ignored = [record.getMessage() for record in caplog.records if "system 7" in record.getMessage()]
+    assert len(ignored) == 1 and "following the flight controller of system 1" in ignored[0]
+
+
 def test_a_garbage_datagram_counts_once_and_spoils_nothing(udp: tuple[MavlinkBattery, FlightController]) -> None:
     sensor, autopilot = udp
     valid = autopilot.battery_status(55)
