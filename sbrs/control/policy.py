@@ -284,9 +284,9 @@ class Policy:
                                 "temperature_rule": None if hot is None else hot.above, "values": sources}
         forced = None
         if rule is not None and rule.scenario is not None:
-            forced = rule.scenario, f"battery {env.battery:g} is below {rule.below:g}: forces {rule.scenario}"
+            forced = rule.scenario, f"{self._battery_text(env.battery, rule)}: forces {rule.scenario}"
         elif hot is not None and hot.scenario is not None:
-            forced = hot.scenario, f"temperature {env.temperature:g} °C is above {hot.above:g}: forces {hot.scenario}"
+            forced = hot.scenario, f"{self._temperature_text(env.temperature, hot)}: forces {hot.scenario}"
         if forced is not None:
             scenario, reason = forced
             failing = self._failing(scenario, env, current, values)
@@ -322,6 +322,22 @@ class Policy:
         among = f"{len(candidates)} of {len(self.scenarios)} scenarios meeting {constraints}" if constraints \
             else f"all {len(self.scenarios)} scenarios"
         return Decision(best, f"ranked by {origin} requirements among {among}: {best} scores {score:.3f}", True, used)
+
+    def _battery_text(self, battery: float | None, rule: BatteryRule) -> str:
+        """Why ``rule`` is active: the battery is below its level, or has not yet risen past its hysteresis
+        (a reason saying 0.18 "is below 0.15" would be false)."""
+        if battery is not None and battery < rule.below:
+            return f"battery {battery:g} is below {rule.below:g}"
+        release = rule.below + self.config.battery_hysteresis
+        return f"battery {battery:g} has not risen above {release:g} since it fell below {rule.below:g} (hysteresis)"
+
+    def _temperature_text(self, temperature: float | None, rule: TemperatureRule) -> str:
+        """Why ``rule`` is active: the temperature is above its level, or has not yet fallen past its hysteresis."""
+        if temperature is not None and temperature > rule.above:
+            return f"temperature {temperature:g} °C is above {rule.above:g}"
+        release = rule.above - self.config.temperature_hysteresis
+        return (f"temperature {temperature:g} °C has not fallen below {release:g} since it rose above {rule.above:g} "
+                "(hysteresis)")
 
     def _meets_fps(self, name: str, min_fps: float, current: str, values: Values) -> bool:
         fps = values[name].get("fps")

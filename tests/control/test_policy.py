@@ -227,6 +227,17 @@ def test_battery_hovering_at_threshold_switches_once() -> None:
     assert switches > 10
 
 
+def test_a_threshold_held_by_its_hysteresis_says_so() -> None:
+    """The reason said "battery 0.22 is below 0.2" while the hysteresis held the threshold: false, and it reached
+    `sbrs env`, `sbrs status` and the switch records."""
+    policy = Policy(three_scenarios(battery=(BatteryRule(0.2, scenario="frugal"),), battery_hysteresis=0.05))
+    assert policy.decide(Environment(battery=0.19), "accurate").reason == "battery 0.19 is below 0.2: forces frugal"
+    held = policy.decide(Environment(battery=0.22), "frugal")
+    assert held.scenario == "frugal"
+    assert held.reason == ("battery 0.22 has not risen above 0.25 since it fell below 0.2 (hysteresis): forces "
+                           "frugal")
+
+
 def test_fps_hovering_at_min_fps_switches_once() -> None:
     # balanced is measured at 29..31 fps while 30 are required: it keeps running (within 10%), no flapping.
     jitter = [{"balanced": {"fps": fps}} for fps in [31.0, *[29.0, 30.5, 27.5, 31.0] * 5]]

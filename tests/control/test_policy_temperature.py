@@ -37,7 +37,10 @@ def test_hysteresis_holds_a_threshold_until_it_is_cooler_by_the_margin() -> None
     assert policy.decide(Environment(temperature=80.0), "accurate").scenario == "accurate"  # not above yet
     assert policy.decide(Environment(temperature=80.1), "accurate").scenario == "frugal"
     for temperature in (79.0, 76.0, 75.0):  # still within the margin
-        assert policy.decide(Environment(temperature=temperature), "frugal").scenario == "frugal"
+        decision = policy.decide(Environment(temperature=temperature), "frugal")
+        assert decision.scenario == "frugal"
+        assert decision.reason == (f"temperature {temperature:g} °C has not fallen below 75 since it rose above 80 "
+                                   "(hysteresis): forces frugal")  # not "is above 80"
     assert policy.decide(Environment(temperature=74.9), "frugal").scenario == "accurate"
     assert policy.decide(Environment(temperature=79.0), "accurate").scenario == "accurate"  # must pass 80 again
 
