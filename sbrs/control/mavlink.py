@@ -257,5 +257,8 @@ def _open_serial(spec: SensorSpec) -> int:
         termios.tcsetattr(descriptor, termios.TCSANOW, attributes)
     except (OSError, termios.error, AttributeError) as exc:
         os.close(descriptor)
-        raise SensorFailure(f"{spec.spec}: {spec.device} is no serial device at {spec.baud} baud ({exc})") from None
+        # termios.error is (errno, text): said as OSError's text, not as the tuple
+        why = exc.args[1] if isinstance(exc, termios.error) and len(exc.args) == 2 else getattr(exc, "strerror", None)
+        raise SensorFailure(f"{spec.spec}: {spec.device} is no serial device at {spec.baud} baud "
+                            f"({why or exc})") from None
     return descriptor

@@ -111,14 +111,14 @@ def check_environment_value(name: str, value: Any) -> float | RequirementSet | N
     if number is None:
         raise InputError(f"expected a finite number, got {_short(value)}", field=name)
     if name == "battery" and not 0.0 <= number <= 1.0:
-        raise InputError(f"battery level must be in [0, 1], got {number:g}", field=name)
+        raise InputError(f"battery level must be in [0, 1], got {number:.10g}", field=name)
     if name == "temperature":
         low, high = TEMPERATURE_RANGE_C
         if not low <= number <= high:
-            raise InputError(f"temperature in °C must be in [{low:g}, {high:g}], got {number:g}", field=name)
+            raise InputError(f"temperature in °C must be in [{low:g}, {high:g}], got {number:.10g}", field=name)
         return number
     if number < 0.0:
-        raise InputError(f"must be ≥ 0, got {number:g}", field=name)
+        raise InputError(f"must be ≥ 0, got {number:.10g}", field=name)
     return number
 
 

@@ -272,6 +272,8 @@ def test_rank_scenarios_equal_values_score_one() -> None:
 
 @pytest.mark.parametrize(("changes", "fragment"), [
     ({"battery": 1.5}, "battery: battery level must be in [0, 1], got 1.5"),
+    ({"battery": 1.0000001}, "battery: battery level must be in [0, 1], got 1.0000001"),  # not "got 1"
+    ({"min_fps": -1e-7}, "min_fps: must be ≥ 0, got -1e-07"),  # not "got -0"
     ({"battery": True}, "battery: expected a finite number, got True"),
     ({"min_fps": -1}, "min_fps: must be ≥ 0, got -1"),
     ({"min_fps": float("nan")}, "min_fps: expected a finite number"),
