@@ -120,7 +120,7 @@ def load_yaml(path: str | Path) -> LocatedYaml:
     path = Path(path)
     file = str(path)
     if not path.is_file():
-        raise InputError("no such file", file=file)
+        raise InputError("is a folder, not a YAML file" if path.is_dir() else "no such file", file=file)
     try:
         if path.stat().st_size > MAX_YAML_BYTES:
             raise InputError(f"file too large for an app or scenario file (more than {MAX_YAML_BYTES} bytes)",

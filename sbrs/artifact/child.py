@@ -43,6 +43,9 @@ def ensure_build(app_path: str | Path, *, rebuild: bool = False) -> Path:
     ``rebuild`` asks, which is logged (INFO)."""
     folder = build_dir(app_path)
     if rebuild or not (folder / MANIFEST).exists():
+        if not Path(app_path).is_file():  # said before "building" is logged and a child is started for nothing
+            raise InputError("is a folder, not an app file" if Path(app_path).is_dir() else "no such file",
+                             file=str(Path(app_path).resolve()))
         logger.info("sbrs run: %s %s", "rebuilding" if rebuild else "no build of the app yet; building", folder)
         build_in_child(app_path)
     return folder

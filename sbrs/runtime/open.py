@@ -53,6 +53,11 @@ def runtime_for(app: App | str | os.PathLike[str], *, use_build: bool = True, **
             raise TypeError("use_build applies to a loaded App; a path always opens the app's build")
         runtime, _, _ = open_runtime(app, **options)
         return runtime
+    from sbrs.app.app import App  # (imported already wherever a caller holds one; a path's run never loads it)
+
+    if not isinstance(app, App):
+        raise TypeError(f"runtime_for takes an app file's path (str or os.PathLike) or a loaded sbrs App, "
+                        f"not {type(app).__name__}")
     if use_build:
         from sbrs.artifact.read import MANIFEST, build_dir, load_build
 

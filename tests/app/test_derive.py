@@ -68,12 +68,14 @@ def test_a_second_load_reuses_the_cached_models(tmp_path: Path, monkeypatch: pyt
     first = load_app_config(path)
     assert "quantize_int8_static" in counter.calls  # (the fp16 model may come from an earlier test's load)
     calls = list(counter.calls)
-    stamps = {name: os.stat(first.scenario(name).model_path).st_mtime_ns for name in ("fast-int8", "half")}
+    # the int8 model's file is this test's alone; the fp16 one's may be written by another test's load at the same
+    # moment on another worker (the same model, the same name: each writes it whole and replaces it)
+    stamp = os.stat(first.scenario("fast-int8").model_path).st_mtime_ns
     second = load_app_config(path)
     assert counter.calls == calls  # no second derivation
-    for name, stamp in stamps.items():
+    for name in ("fast-int8", "half"):
         assert second.scenario(name).model_path == first.scenario(name).model_path
-        assert os.stat(second.scenario(name).model_path).st_mtime_ns == stamp
+    assert os.stat(second.scenario("fast-int8").model_path).st_mtime_ns == stamp
 
 
 def test_changed_calibration_frames_quantize_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

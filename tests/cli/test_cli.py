@@ -78,6 +78,10 @@ def test_zoo_export_writes_a_checked_model(tmp_path: Path, capsys: pytest.Captur
     (["zoo", "export", "resnet18", "-o", "x.onnx", "--option", "speed=2"], "speed"),
     (["zoo", "export", "resnet18", "-o", "/no/such/dir/x.onnx"], "does not exist"),
     (["check", "/no/such/app.yaml"], "no such file"),
+    (["check", "/"], "/: is a folder, not a YAML file"),
+    # said before a build is logged and started (the run said it was building "app.build" first)
+    (["run", "/no/such/app.yaml", "--no-socket"], "/no/such/app.yaml: no such file"),
+    (["run", "/tmp", "--no-socket"], "/tmp: is a folder, not an app file"),
 ])
 def test_bad_input_exits_2_with_one_line(argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -68,3 +69,18 @@ def test_an_unavailable_provider_is_named_with_the_available_ones(load_example: 
 def test_unknown_granularity_is_an_input_error(load_example: Callable[[str], App]) -> None:
     with pytest.raises(InputError, match="granularity"):
         runtime_for(load_example("tiny"), granularity="block")
+
+
+def test_runtime_for_names_what_it_takes(tmp_path: Path) -> None:
+    """An int or bytes went on as if it were a loaded App (``AttributeError: 'int' object has no attribute
+    'config'``); a folder read as "no such file"."""
+    import sbrs
+
+    for wrong in (3, b"apps/tiny.yaml"):
+        with pytest.raises(TypeError, match=f"an app file's path .* or a loaded sbrs App, not {type(wrong).__name__}"):
+            sbrs.runtime_for(wrong)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="is a folder, not an app file"):
+        sbrs.runtime_for(tmp_path)
+    from sbrs.artifact.read import build_dir
+
+    assert not build_dir(tmp_path).exists()  # no build was started for it
