@@ -28,6 +28,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: The options ``runtime_for`` takes, as ``sbrs run``'s options of the same names (``rebuild``: an app file's path
+#: only); every other setting (``runtime.streams``, threads, the provider) is the app file's.
+RUNTIME_OPTIONS: tuple[str, ...] = ("granularity", "transition", "on_switch", "transition_arena",
+                                    "transition_schedule", "observers", "rebuild")
+
 
 def runtime_for(app: App | str | os.PathLike[str], *, use_build: bool = True, **options: Any) -> Runtime:
     """A ``Runtime`` running an app's scenarios (options: see ``Runtime``).
@@ -48,6 +53,11 @@ def runtime_for(app: App | str | os.PathLike[str], *, use_build: bool = True, **
     """
     from sbrs.runtime.engine import Runtime
 
+    unknown = sorted(set(options) - set(RUNTIME_OPTIONS))
+    if unknown:
+        raise TypeError(f"runtime_for got unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
+                        f"(options: {', '.join(RUNTIME_OPTIONS)}; the app's other settings, such as "
+                        "runtime.streams, are its file's)")
     if isinstance(app, str | os.PathLike):
         if not use_build:
             raise TypeError("use_build applies to a loaded App; a path always opens the app's build")

@@ -73,7 +73,7 @@ def test_unknown_granularity_is_an_input_error(load_example: Callable[[str], App
 
 def test_runtime_for_names_what_it_takes(tmp_path: Path) -> None:
     """An int or bytes went on as if it were a loaded App (``AttributeError: 'int' object has no attribute
-    'config'``); a folder read as "no such file"."""
+    'config'``); a folder read as "no such file"; an option it does not take as an error of ``Runtime.__init__``."""
     import sbrs
 
     for wrong in (3, b"apps/tiny.yaml"):
@@ -81,6 +81,9 @@ def test_runtime_for_names_what_it_takes(tmp_path: Path) -> None:
             sbrs.runtime_for(wrong)  # type: ignore[arg-type]
     with pytest.raises(InputError, match="is a folder, not an app file"):
         sbrs.runtime_for(tmp_path)
+    for option in ("streams", "bogus"):  # named Runtime.__init__'s keyword, which the caller never called
+        with pytest.raises(TypeError, match=f"runtime_for got unknown option {option} .*runtime.streams"):
+            sbrs.runtime_for(tmp_path / "app.yaml", **{option: 1})
     from sbrs.artifact.read import build_dir
 
     assert not build_dir(tmp_path).exists()  # no build was started for it
