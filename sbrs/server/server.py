@@ -22,14 +22,17 @@ then closes, so a client never sees its unread replies cut off by a reset.
 
 The Unix socket is bound and chmod-ed to 0600 before ``listen()``, so no other user can ever connect. An
 existing path is replaced only when it is a socket nobody listens on (stale); a live socket or any other
-file is refused. The default path is ``$XDG_RUNTIME_DIR/sbrs/<app>.sock``, else ``/tmp/sbrs-<uid>/<app>.sock``;
-the directory is created with mode 0700 and must belong to the user. TCP (``--listen HOST:PORT``) binds to
+file is refused. Servers starting together take turns (a lock on the socket's folder from the check to
+``listen()``), so the second sees the first's socket live. The default path is
+``$XDG_RUNTIME_DIR/sbrs/<app>.sock``, else ``/tmp/sbrs-<uid>/<app>.sock``; the directory is created with mode
+0700 and must belong to the user. TCP (``--listen HOST:PORT``) binds to
 loopback addresses only (``localhost``, ``127.x.y.z``, ``::1``): the socket has no authentication.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import ipaddress
 import os
 import selectors
@@ -143,25 +146,39 @@ def bind_unix_socket(path: Path) -> socket.socket:
         raise InputError(f"socket path is longer than {MAX_UNIX_PATH_BYTES} bytes: {path}", field="--socket")
     if not path.parent.is_dir():
         raise InputError(f"no such directory for the socket: {path.parent}", field="--socket")
+    # The folder is locked from the check to listen(): two servers started together on one stale path both found
+    # it stale, and the second unlinked the first's new socket, which then served nobody. (A folder this user may
+    # write to but not read cannot be opened to lock: then there is no lock, as before.)
     try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        info = None
-    if info is not None:
-        if not stat.S_ISSOCK(info.st_mode):
-            raise InputError(f"{path} exists and is not a socket; refusing to replace it", field="--socket")
-        if _socket_is_live(path):
-            raise SbrsRuntimeError(f"socket {path} is in use by a running server; stop it or choose another --socket")
-        path.unlink()  # stale: left behind by a server that died
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        folder: int | None = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        folder = None
     try:
-        sock.bind(str(path))
-        os.chmod(path, 0o600)  # before listen(): until then nobody can connect
-        sock.listen(128)
-        sock.setblocking(False)
-    except OSError as exc:
-        sock.close()
-        raise SbrsRuntimeError(f"cannot listen on socket {path}: {exc.strerror or exc}") from None
+        if folder is not None:
+            fcntl.flock(folder, fcntl.LOCK_EX)
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            info = None
+        if info is not None:
+            if not stat.S_ISSOCK(info.st_mode):
+                raise InputError(f"{path} exists and is not a socket; refusing to replace it", field="--socket")
+            if _socket_is_live(path):
+                raise SbrsRuntimeError(f"socket {path} is in use by a running server; stop it or choose another "
+                                       "--socket")
+            path.unlink()  # stale: left behind by a server that died
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(str(path))
+            os.chmod(path, 0o600)  # before listen(): until then nobody can connect
+            sock.listen(128)
+            sock.setblocking(False)
+        except OSError as exc:
+            sock.close()
+            raise SbrsRuntimeError(f"cannot listen on socket {path}: {exc.strerror or exc}") from None
+    finally:
+        if folder is not None:
+            os.close(folder)  # and the lock with it
     return sock
 
 

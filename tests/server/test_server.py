@@ -212,6 +212,52 @@ def test_live_socket_is_refused_stale_one_replaced(controller: FakeController, s
     assert path.read_text() == "precious"
 
 
+def test_two_servers_started_together_on_a_stale_socket_do_not_take_each_others_path(
+        controller: FakeController, sock_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both found the path stale, and the second unlinked the first's new socket: two "running" servers, the first
+    reachable by nobody. Now the second waits for the first's ``listen()`` and finds its socket live."""
+    import sbrs.server.server as server_module
+
+    path = sock_dir / "s.sock"
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(path))
+    stale.close()
+    is_live = server_module._socket_is_live
+    first_checked = threading.Event()
+
+    def slow_first_check(checked: Path) -> bool:
+        live = is_live(checked)
+        if not first_checked.is_set():
+            first_checked.set()
+            time.sleep(0.3)  # the second server starts meanwhile
+        return live
+
+    monkeypatch.setattr(server_module, "_socket_is_live", slow_first_check)
+    outcomes: list[object] = []
+
+    def start() -> None:
+        try:
+            outcomes.append(server_module.bind_unix_socket(path))
+        except SbrsRuntimeError as error:
+            outcomes.append(error)
+
+    first = threading.Thread(target=start)
+    first.start()
+    assert first_checked.wait(TIMEOUT)
+    start()
+    first.join(TIMEOUT)
+    sockets = [outcome for outcome in outcomes if isinstance(outcome, socket.socket)]
+    try:
+        errors = [str(outcome) for outcome in outcomes if isinstance(outcome, SbrsRuntimeError)]
+        assert len(sockets) == 1 and len(errors) == 1 and "in use by a running server" in errors[0]
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.connect(str(path))  # the one that runs is reachable
+        probe.close()
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 def test_socket_path_checks(controller: FakeController, sock_dir: Path) -> None:
     with pytest.raises(InputError, match="longer than 107 bytes"):
         Server(controller, sock_dir / ("x" * 120)).start()
