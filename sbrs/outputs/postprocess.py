@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from sbrs.digest import sha256
 from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.outputs.detections import Detections, detect
 from sbrs.outputs.spec import (
@@ -211,25 +212,25 @@ def make_postprocessor(spec: PostprocessSpec, input_shape: Sequence[int], search
     return UserFunction(spec, load_function(spec.function, search_dir, file, spec.at))
 
 
-_LOADED: dict[tuple[str, str], Callable[..., Any]] = {}
-
-
 def load_function(text: str, search_dir: Path, file: str | None = None,
                   at: SpecLocation | None = None) -> Callable[..., Any]:
     """``module:function``: ``module`` from ``search_dir/module.py`` (dots are folders) when that file exists,
-    else by Python's import; each (file or module, function) once per process."""
-    module_name, _, function_name = text.partition(":")
+    else by Python's import; each module once per process (a file's under a name of its own in ``sys.modules``,
+    ``sbrs_user_<module>_<hash of its path>``: two apps' ``post.py`` in two folders are two modules)."""
+    module_name = text.partition(":")[0]
     candidate = search_dir.joinpath(*module_name.split(".")).with_suffix(".py")
-    key = (str(candidate) if candidate.is_file() else module_name, function_name)
-    if key in _LOADED:
-        return _LOADED[key]
 
     def fail(message: str) -> InputError:
         return InputError(message, file=file, line=at.line if at else None, field=at.field if at else "postprocess")
 
+    private_name = ""
+    if candidate.is_file():
+        path_hash = sha256(str(candidate.resolve()).encode()).hexdigest()[:12]
+        private_name = f"sbrs_user_{module_name.replace('.', '_')}_{path_hash}"
+        if private_name in sys.modules:
+            return _function_of(sys.modules[private_name], text, fail)
     try:
-        if candidate.is_file():
-            private_name = "sbrs_user_" + module_name.replace(".", "_")
+        if private_name:
             module_spec = importlib.util.spec_from_file_location(private_name, candidate)
             if module_spec is None or module_spec.loader is None:
                 raise ImportError(f"cannot load {candidate}")
@@ -245,12 +246,17 @@ def load_function(text: str, search_dir: Path, file: str | None = None,
     except (Exception, SystemExit) as error:  # a module calling sys.exit() at import must not end the run
         where = f"{candidate} or an importable module" if not candidate.is_file() else str(candidate)
         raise fail(f"cannot import '{module_name}' ({where}): {type(error).__name__}: {error}") from None
+    return _function_of(module, text, fail)
+
+
+def _function_of(module: Any, text: str, fail: Callable[[str], InputError]) -> Callable[..., Any]:
+    """The function ``text`` (``module:function``) names in ``module``."""
+    module_name, _, function_name = text.partition(":")
     function = getattr(module, function_name, None)
     if function is None:
         raise fail(f"module '{module_name}' has no '{function_name}'")
     if not callable(function):
         raise fail(f"'{text}' is a {type(function).__name__}, not a function")
-    _LOADED[key] = function
     return function
 
 

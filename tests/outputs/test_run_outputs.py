@@ -296,3 +296,23 @@ def test_detection_example_prints_detections_and_saves_what_onnx_runtime_compute
             assert 0 <= detection["box"][0] <= detection["box"][2] <= 320
         found += len(got)
     assert found > 0  # random weights, but the example shows boxes
+
+
+def test_two_folders_modules_of_one_name_are_two_modules(tmp_path: Path) -> None:
+    """Two apps' ``post.py`` in two folders: each function is its own, and neither takes the other's entry in
+    ``sys.modules`` (both were ``sbrs_user_post``). A module is loaded once per process."""
+    import sys
+
+    from sbrs.outputs.postprocess import load_function
+
+    functions = []
+    for answer in (1, 2):
+        folder = tmp_path / f"app{answer}"
+        folder.mkdir()
+        (folder / "post.py").write_text(f"def f(outputs, meta):\n    return {answer}\n")
+        functions.append(load_function("post:f", folder))
+    assert [function({}, None) for function in functions] == [1, 2]
+    modules = {function.__module__ for function in functions}
+    assert len(modules) == 2 and all(sys.modules[name].f is function for name, function in
+                                     zip(sorted(modules), sorted(functions, key=lambda f: f.__module__), strict=True))
+    assert load_function("post:f", tmp_path / "app1") is functions[0]
