@@ -2,7 +2,8 @@
 of their own (``CaptureSource``), so that reading and pre-processing overlap inference.
 
 - A **file** gives every frame, in order: the thread reads and pre-processes up to ``FILE_AHEAD`` frames ahead
-  of the runtime and waits while they are not taken. Its end ends the frames.
+  of the runtime and waits while they are not taken. Its end ends the frames; a frame its decoder refuses (a
+  damaged file) is skipped, logged and counted (``SourceCounts.skipped``), and the frames after it come.
 - A **live** source (a camera, a stream, a pipeline; a file with ``realtime``, paced at its frame rate as a
   camera would give it) is read at its own pace whatever the runtime does. The thread keeps only the newest
   pre-processed frame; a frame replaced before the runtime took it is dropped and counted
@@ -50,6 +51,9 @@ RECONNECT_BACKOFF_S = 0.5
 RECONNECT_BACKOFF_MAX_S = 8.0
 #: How often a waiting reader or taker looks at the stop events.
 POLL_S = 0.05
+#: Reads of a file that may fail in a row before its end counts as reached: OpenCV's FFmpeg reader fails one
+#: read for each frame its decoder refuses (a damaged stretch of the file) and decodes the frames after it.
+FILE_FAILED_READS = 64
 #: Frame rates outside (0, MAX_FPS] are a container's placeholder, not a rate.
 MAX_FPS = 1000.0
 
@@ -151,10 +155,12 @@ class CaptureSource(FrameSource):
                 if picture is None:
                     ok, picture = self._capture.read()
                     if not ok or picture is None:
-                        picture = None
-                        if self._reconnect and self._reopen():
-                            continue
-                        return
+                        picture, skipped = self._past_damage(number) if self.kind == "file" else (None, 0)
+                        if picture is None:
+                            if self._reconnect and self._reopen():
+                                continue
+                            return
+                        number += skipped  # the frame's number in the file, the undecodable ones counted
                     read_at = time.monotonic()
                 if self._realtime:  # as a camera: frame n exists n / fps seconds after the first
                     if self._closing.wait(max(0.0, started + number / (self.fps or 1.0) - time.monotonic())):
@@ -173,6 +179,20 @@ class CaptureSource(FrameSource):
             with self._cond:
                 self._ended = True
                 self._cond.notify_all()
+
+    def _past_damage(self, number: int) -> tuple[np.ndarray | None, int]:
+        """After a failed read of a file: the next frame that decodes and how many reads failed before it (frames
+        skipped, logged and counted), or (None, 0) at the file's end (``FILE_FAILED_READS`` failures in a row)."""
+        for failed in range(1, FILE_FAILED_READS):
+            if self._closing.is_set():
+                break
+            ok, picture = self._capture.read()
+            if ok and picture is not None:
+                self.counts.skipped += failed
+                logger.warning("sbrs run: %s: %d frame(s) after frame %d could not be decoded (a damaged file); "
+                               "skipped", self.description, failed, number - 1)
+                return picture, failed
+        return None, 0
 
     def _hand_over(self, item: Item) -> None:
         """A live source replaces what was not taken (dropped, counted); a file waits for room."""

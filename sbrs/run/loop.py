@@ -190,13 +190,14 @@ class RunSummary:
                 f"{self.memory_text()}")
 
     def source_text(self) -> str:
-        """The source's part of the summary line: its frame rate, frames dropped, reconnections."""
+        """The source's part of the summary line: its frame rate, frames dropped, reconnections, frames skipped."""
         source = self.source
         if not source or source.get("kind") == "synthetic":
             return ""
         rate = f" at {source['fps']:g} fps" if source.get("fps") else ""
         live = (f", {source['dropped']} frames dropped" if source.get("live") else "") + (
-            f", {source['reconnects']} reconnections" if source.get("reconnects") else "")
+            f", {source['reconnects']} reconnections" if source.get("reconnects") else "") + (
+            f", {source['skipped']} undecodable frames skipped" if source.get("skipped") else "")
         return f"; source {source['source']} ({source['kind']}{rate}{live})"
 
     def memory_text(self) -> str:

@@ -174,11 +174,13 @@ class SourceFrame:
 @dataclass
 class SourceCounts:
     """What a source has done so far: frames read, frames dropped (a live source replaced them with newer ones
-    before the runtime took them), reconnections of a network stream."""
+    before the runtime took them), reconnections of a network stream, frames of a file skipped because they
+    could not be decoded (a damaged file)."""
 
     read: int = 0
     dropped: int = 0
     reconnects: int = 0
+    skipped: int = 0
 
 
 class FrameSource:
@@ -222,10 +224,10 @@ class FrameSource:
             return self._remembered.pop(index, None)
 
     def stats(self) -> dict[str, Any]:
-        """The summary's ``source``: what it is, its frame rate, frames read and dropped, reconnections."""
+        """The summary's ``source``: what it is, its frame rate, frames read, dropped and skipped, reconnections."""
         return {"source": self.description, "kind": self.kind, "live": self.live,
                 "fps": None if self.fps is None else round(self.fps, 3), "read": self.counts.read,
-                "dropped": self.counts.dropped, "reconnects": self.counts.reconnects}
+                "dropped": self.counts.dropped, "reconnects": self.counts.reconnects, "skipped": self.counts.skipped}
 
     def close(self) -> None:
         """Stop reading and let go of the source (a thread, a device); idempotent."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -160,3 +161,47 @@ def test_a_file_cut_short_and_filled_with_garbage_ends_cleanly(tmp_path: Path, c
     lines = capsys.readouterr().out.splitlines()
     assert 5 <= len(lines) < 30
     assert json.loads(summary.read_text())["source"]["read"] == len(lines)
+
+
+def decodable_frames(path: Path) -> list[np.ndarray]:
+    """The frames of ``path`` that OpenCV decodes, read past every read that fails (a damaged frame) until 100
+    fail in a row (the end), independently of sbrs."""
+    capture = cv2.VideoCapture(str(path))
+    frames: list[np.ndarray] = []
+    failed = 0
+    while failed < 100:
+        ok, frame = capture.read()
+        failed = 0 if ok else failed + 1
+        if ok:
+            frames.append(frame)
+    capture.release()
+    return frames
+
+
+def test_a_damaged_frame_in_the_middle_of_a_file_is_skipped_not_the_rest(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """MPEG-4 part 2 in an MP4 whose middle bytes are overwritten: the decoder refuses a frame there and decodes the
+    ones after it. The source gives every frame that decodes, in order, and logs and counts the one skipped (it
+    used to take the failed read for the file's end: 25 of 49 frames, silently)."""
+    from tests.run.videos import ffmpeg
+
+    whole = tmp_path / "whole.mp4"
+    subprocess.run([ffmpeg(), "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=10", "-frames:v",
+                    "50", "-c:v", "mpeg4", "-movflags", "+faststart", str(whole)], check=True, timeout=60)
+    data = bytearray(whole.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 5000] = b"\xff" * 5000
+    damaged = tmp_path / "damaged.mp4"
+    damaged.write_bytes(bytes(data))
+    decoded = decodable_frames(damaged)
+    assert 30 < len(decoded) < 50  # the damage costs a frame or a few, in the middle
+    with caplog.at_level("WARNING", logger="sbrs"), open_source(str(damaged), YOLO, keep_pictures=True) as source:
+        frames = [source.taken(index) for index, _ in enumerate(source)]  # a source remembers frames in flight
+    assert len(frames) == len(decoded) and source.counts.read == len(decoded)
+    for frame, picture in zip(frames, decoded, strict=True):
+        assert frame is not None
+        np.testing.assert_array_equal(frame.picture, picture)
+    numbers = [frame.number for frame in frames if frame is not None]
+    assert numbers == sorted(numbers) and numbers[-1] == len(decoded) - 1 + source.counts.skipped
+    assert source.counts.skipped >= 1 and source.stats()["skipped"] == source.counts.skipped
+    assert "could not be decoded" in caplog.text
