@@ -32,6 +32,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -51,6 +52,10 @@ AHEAD = 4
 RATE_FRAMES = 10
 #: Frame rate of the video when nothing else tells one (a single frame).
 FALLBACK_FPS = 30.0
+#: The largest time base denominator MPEG-4 part 2 takes (16 bits). OpenCV makes the time base from the rate to
+#: 0.001, reduced (1234.5678 fps: 125/154321), and its mp4v writer then fails to open: a folder of images or a
+#: fast app processed at such a rate, and the run failed after its first frames.
+MPEG4_MAX_TIMEBASE = 65535
 #: How long (video time) the bar says which switch took effect.
 SWITCH_NOTE_S = 1.0
 SWITCH_COLOUR = (0, 0, 255)  # BGR: red
@@ -89,6 +94,17 @@ def require_gui(cv2: ModuleType) -> None:
                          "instead of opencv-python-headless, or use --save-video", field="--show")
     if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         raise InputError("no display to open a window on (DISPLAY is not set); use --save-video", field="--show")
+
+
+def video_rate(fps: float) -> float:
+    """``fps`` as a rate every codec of ``VIDEO_CODECS`` takes: to 0.001 where the time base OpenCV makes of it
+    has a denominator within ``MPEG4_MAX_TIMEBASE``, else to fewer decimals (1234.5678: 1234.6), at most that
+    bound and at least 0.001."""
+    for decimals in (3, 2, 1, 0):
+        rounded = round(fps, decimals)
+        if rounded > 0 and Fraction(round(rounded * 10**decimals), 10**decimals).numerator <= MPEG4_MAX_TIMEBASE:
+            return float(rounded)
+    return float(min(max(round(fps), 1), MPEG4_MAX_TIMEBASE)) if fps >= 1 else 0.001
 
 
 def check_video_path(path: str) -> Path:
@@ -271,7 +287,7 @@ class FrameViewer:
             return
         span = self._sample[-1][1] - self._sample[0][1]
         measured = (len(self._sample) - 1) / span if span > 0 else self._source_fps or FALLBACK_FPS
-        self.fps = measured if self._source_fps is None else min(measured, self._source_fps)
+        self.fps = video_rate(measured if self._source_fps is None else min(measured, self._source_fps))
         for image, _ in self._sample:
             self._write(image)
         self._sample.clear()
@@ -283,10 +299,11 @@ class FrameViewer:
             height, width = image.shape[:2]
             self._size = (width, height)
             fourcc = cv2.VideoWriter_fourcc(*VIDEO_CODECS[self.video.suffix.lower()])
-            self._writer = cv2.VideoWriter(str(self.video), fourcc, float(self.fps or FALLBACK_FPS), self._size)
+            self.fps = video_rate(self.fps or FALLBACK_FPS)
+            self._writer = cv2.VideoWriter(str(self.video), fourcc, self.fps, self._size)
             if not self._writer.isOpened():
                 raise InputError(f"{self.video}: OpenCV cannot write this video", field="--save-video")
-            logger.info("sbrs run: writing %s (%dx%d at %.2f fps)", self.video, width, height, self.fps or FALLBACK_FPS)
+            logger.info("sbrs run: writing %s (%dx%d at %.2f fps)", self.video, width, height, self.fps)
         if (image.shape[1], image.shape[0]) != self._size:
             image = cv2.resize(image, self._size, interpolation=cv2.INTER_AREA)
         self._writer.write(image)

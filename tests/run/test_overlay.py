@@ -114,6 +114,19 @@ def test_a_short_live_run_is_written_too(tmp_path: Path) -> None:
     assert viewer.fps == pytest.approx(5.0) and len(read_video(tmp_path / "short.mp4")) == 3
 
 
+@pytest.mark.parametrize("processed", [1234.5678, 3000.123, 70_000.0])
+def test_a_video_processed_faster_than_mpeg4_can_time_is_still_written(tmp_path: Path, processed: float) -> None:
+    """A folder of images or a fast app on a live source is processed at a rate whose time base (OpenCV's: the
+    rate to 0.001, reduced) has a denominator above MPEG-4's 16 bits: the mp4v writer refused to open and the run
+    failed after its first frames (exit 2). The rate is rounded to one it takes."""
+    viewer = FrameViewer(cv2, video=tmp_path / "fast.mp4", show=False, fps=None)
+    for frame in frames(12, processed):
+        viewer.add(frame)
+    viewer.close()
+    assert len(read_video(tmp_path / "fast.mp4")) == 12
+    assert viewer.fps == pytest.approx(min(processed, 65535.0), rel=1e-3)
+
+
 @pytest.mark.parametrize(("name", "message"), [("out.gif", "must end in one of"), ("no/out.mp4", "no such folder")])
 def test_a_video_path_that_cannot_be_written(tmp_path: Path, name: str, message: str) -> None:
     with pytest.raises(InputError, match=message):
