@@ -8,10 +8,10 @@ derived int8 scenario (``quantize.calibration``, ``sbrs.app.derive``); ``field``
   Every file's header is checked before the first frame is read, so a bad file is a one-line ``InputError``.
 - A folder of images (``.png``, ``.jpg``, ``.jpeg``, ``.bmp``, any case) and no ``.npy`` file: each decoded
   by Pillow (``pip install "sbrs[images]"``; without it, a one-line ``InputError``) as RGB (3 channels) or
-  grayscale (1) and pre-processed as the app's ``input.preprocess`` says (``sbrs.app.preprocess``: the one path
-  video frames take too; by default stretched to the input's size and normalised with the ImageNet mean and
-  standard deviation, or plain [0, 1] for one channel). Every image is checked (header, at most
-  ``MAX_IMAGE_PIXELS`` pixels, integrity) before the first frame is read.
+  grayscale (1), a 16-bit grey PNG by its high bytes, and pre-processed as the app's ``input.preprocess`` says
+  (``sbrs.app.preprocess``: the one path video frames take too; by default stretched to the input's size and
+  normalised with the ImageNet mean and standard deviation, or plain [0, 1] for one channel). Every image is
+  checked (header, at most ``MAX_IMAGE_PIXELS`` pixels, integrity) before the first frame is read.
 
 Non-finite values (NaN, infinity) in a ``.npy`` frame are refused with a one-line ``InputError`` naming the
 file: they would only come back as non-finite outputs.
@@ -24,12 +24,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sbrs.app.preprocess import Preprocessor
 from sbrs.app.settings import InputSpec
 from sbrs.errors import InputError
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PillowImage
 
 IMAGE_SUFFIXES: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".bmp")
 MAX_IMAGE_PIXELS = 50_000_000  # an input image is decoded whole before it is resized: bound what that costs
@@ -102,6 +106,18 @@ def image_frames(files: list[Path], spec: InputSpec, *, field: str) -> Iterator[
     return (preprocessor(picture, "RGB")[0] for _, picture in pictures)
 
 
+def _eight_bit(image: PillowImage) -> PillowImage:
+    """``image`` (a Pillow image) with 8-bit samples. Pillow opens a 16-bit grey PNG as ``I;16`` (or ``I``) and
+    its ``convert`` clips those values to 255, which made such a picture white: they are scaled to 0..255 here,
+    the high byte kept as OpenCV's ``imread`` keeps it. Other modes are Pillow's to convert."""
+    if not (image.mode.startswith("I;16") or image.mode == "I"):
+        return image
+    from PIL import Image
+
+    wide = np.asarray(image).astype(np.int64)
+    return Image.fromarray((np.clip(wide, 0, 65535) >> 8).astype(np.uint8))  # 2-D uint8: mode L
+
+
 def image_pictures(files: list[Path], channels: int, *, field: str) -> Iterator[tuple[Path, np.ndarray]]:
     """Each image file and its pixels, ``H x W x 3`` RGB (``channels`` 3) or ``H x W`` gray (1), uint8, as
     Pillow decodes them; every file is checked (header, size, integrity) before this returns."""
@@ -125,7 +141,7 @@ def image_pictures(files: list[Path], channels: int, *, field: str) -> Iterator[
         for path in files:
             try:
                 with Image.open(path) as image:
-                    pixels = np.asarray(image.convert("RGB" if channels == 3 else "L"), dtype=np.uint8)
+                    pixels = np.asarray(_eight_bit(image).convert("RGB" if channels == 3 else "L"), dtype=np.uint8)
             except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
                 raise InputError(f"{path}: not a readable image ({' '.join(str(exc).split())})",
                                  field=field) from None

@@ -1,0 +1,27 @@
+"""The folder reader of ``sbrs run --source DIR`` and of calibration images (``sbrs.app.frames``): pictures as
+the app's pre-processing gets them, whatever mode or depth the image file has."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sbrs.app.frames import image_pictures
+
+Image = pytest.importorskip("PIL.Image")
+
+
+@pytest.mark.parametrize("channels", [3, 1])
+def test_a_16_bit_grey_png_is_its_picture_not_white(tmp_path: Path, channels: int) -> None:
+    """Pillow opens a 16-bit grey PNG as ``I;16`` and its ``convert`` clipped every value above 255, so such a
+    picture came out white; it is the 8-bit picture of its high bytes, as OpenCV's ``imread`` reads it."""
+    grey = np.random.default_rng(3).integers(0, 256, (24, 40), dtype=np.uint8)
+    Image.fromarray(grey.astype(np.uint16) * 256 + 100).save(tmp_path / "a-16.png")  # high byte g, low 100
+    Image.fromarray(grey).save(tmp_path / "b-8.png")
+    pictures = [pixels for _, pixels in image_pictures(sorted(tmp_path.iterdir()), channels, field="--source")]
+    expected = grey if channels == 1 else np.repeat(grey[:, :, None], 3, axis=2)
+    for pixels in pictures:
+        assert pixels.dtype == np.uint8
+        np.testing.assert_array_equal(pixels, expected)
