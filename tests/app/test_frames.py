@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from sbrs.app.frames import image_pictures
+from sbrs.errors import InputError
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -25,3 +26,16 @@ def test_a_16_bit_grey_png_is_its_picture_not_white(tmp_path: Path, channels: in
     for pixels in pictures:
         assert pixels.dtype == np.uint8
         np.testing.assert_array_equal(pixels, expected)
+
+
+@pytest.mark.parametrize("suffix", [".jpg", ".bmp"])
+def test_a_cut_image_is_refused_before_the_first_frame(tmp_path: Path, suffix: str) -> None:
+    """A JPEG or BMP cut short passed the check (Pillow's ``verify`` reads neither's pixel data) and failed only when
+    its turn came, after the frames before it had run; every image is checked before the first frame."""
+    picture = np.random.default_rng(4).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    Image.fromarray(picture).save(tmp_path / "a.png")
+    Image.fromarray(picture).save(tmp_path / f"b{suffix}")
+    whole = (tmp_path / f"b{suffix}").read_bytes()
+    (tmp_path / f"b{suffix}").write_bytes(whole[:len(whole) // 2])
+    with pytest.raises(InputError, match=rf"b\{suffix}: not a readable image"):
+        image_pictures(sorted(tmp_path.iterdir()), 3, field="--source")
