@@ -93,11 +93,16 @@ def npy_frames(files: list[Path], spec: InputSpec, *, field: str) -> Iterator[np
 def _load_npy(files: list[Path], spec: InputSpec, field: str) -> Iterator[np.ndarray]:
     for path in files:
         try:
-            frame = np.ascontiguousarray(np.load(path, allow_pickle=False).reshape(spec.shape).astype(spec.dtype))
+            stored = np.load(path, allow_pickle=False)
+            with np.errstate(over="ignore", invalid="ignore"):  # beyond the input's range: refused below, one line
+                frame = np.ascontiguousarray(stored.reshape(spec.shape).astype(spec.dtype))
         except (OSError, ValueError, EOFError) as exc:  # changed or truncated since it was checked
             raise InputError(f"{path}: not a readable .npy array ({' '.join(str(exc).split())})",
                              field=field) from None
         if frame.dtype.kind == "f" and not np.isfinite(frame).all():
+            if stored.dtype.kind == "f" and np.isfinite(stored).all():
+                raise InputError(f"{path}: the frame holds values beyond the range of the app's input dtype "
+                                 f"{frame.dtype}", field=field)
             raise InputError(f"{path}: the frame holds NaN or infinite values", field=field)
         yield frame
 

@@ -3,12 +3,14 @@ the app's pre-processing gets them, whatever mode or depth the image file has.""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from sbrs.app.frames import image_pictures
+from sbrs.app.config import InputSpec
+from sbrs.app.frames import folder_frames, image_pictures
 from sbrs.errors import InputError
 
 Image = pytest.importorskip("PIL.Image")
@@ -39,3 +41,15 @@ def test_a_cut_image_is_refused_before_the_first_frame(tmp_path: Path, suffix: s
     (tmp_path / f"b{suffix}").write_bytes(whole[:len(whole) // 2])
     with pytest.raises(InputError, match=rf"b\{suffix}: not a readable image"):
         image_pictures(sorted(tmp_path.iterdir()), 3, field="--source")
+
+
+def test_a_float64_frame_beyond_float32_is_one_line_naming_the_range(tmp_path: Path) -> None:
+    """1e300 is finite in the file and infinite as the float32 input: numpy's overflow warning went to stderr
+    (two lines, a source line of sbrs' among them) and the error said the frame held infinite values."""
+    np.save(tmp_path / "0.npy", np.full((1, 3, 4, 4), 1e300))
+    spec = InputSpec("input", (1, 3, 4, 4), "float32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(InputError, match=r"0\.npy: the frame holds values beyond the range of the app's input "
+                                             r"dtype float32"):
+            list(folder_frames(tmp_path, spec, field="--source"))
