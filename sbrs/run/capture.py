@@ -98,6 +98,7 @@ class CaptureSource(FrameSource):
         self._stop = stop or threading.Event()
         self._observers = observers
         self._timeouts = (open_timeout_s, read_timeout_s)
+        self._opening = False  # the reading thread is in an attempt to reopen the source (``close``)
         self._cv2 = require_cv2(field)
         if source.kind == "gstreamer" and not has_gstreamer(self._cv2):
             raise InputError(f"{source.text}: this OpenCV ({self._cv2.__version__}) was built without GStreamer, "
@@ -159,6 +160,9 @@ class CaptureSource(FrameSource):
                         if picture is None:
                             if self._reconnect and self._reopen():
                                 continue
+                            if self.kind != "file" and not self._closing.is_set():  # else the run just ended
+                                logger.warning("sbrs run: %s: the %s stopped giving frames; its frames end "
+                                               "(--reconnect reopens it instead)", self.description, self._what())
                             return
                         number += skipped  # the frame's number in the file, the undecodable ones counted
                     read_at = time.monotonic()
@@ -219,7 +223,11 @@ class CaptureSource(FrameSource):
         while not self._closing.is_set():
             attempt += 1
             self._capture.release()
-            self._capture = self._open()
+            self._opening = True
+            try:
+                self._capture = self._open()
+            finally:
+                self._opening = False
             if self._capture.isOpened():
                 self.counts.reconnects += 1
                 logger.warning("sbrs run: %s: reopened after %.1f s (%d attempts; reconnection %d)", self.description,
@@ -269,4 +277,5 @@ class CaptureSource(FrameSource):
         with self._cond:
             self._cond.notify_all()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(self._timeouts[1] + 1.0)
+            # an attempt to reopen is not waited for (Ctrl-C during the backoff took 3 s to stop the run)
+            self._thread.join(POLL_S if self._opening else self._timeouts[1] + 1.0)

@@ -126,13 +126,45 @@ def test_a_taker_slower_than_the_stream_gets_the_newest_frames(clip: Path) -> No
     assert ages[len(ages) // 2] <= 1 / 30 + 0.02 and ages[-1] <= 0.25, ages
 
 
-def test_a_stream_that_vanishes_ends_the_run_cleanly_without_reconnect(app: Path, clip: Path, tmp_path: Path) -> None:
+def test_a_stream_that_vanishes_ends_the_run_cleanly_without_reconnect(app: Path, clip: Path, tmp_path: Path,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
     port = free_udp_port()
     with sending(clip, port, "udp") as sender:  # the 2 s clip once, then the sender is gone
         status, lines, summary = run(app, tmp_path, "--source", f"udp://@127.0.0.1:{port}", "--no-reconnect")
         assert sender.wait(timeout=10) == 0
     assert status == 0 and 10 <= len(lines) <= 60 and summary["frames"] == len(lines)
     assert not summary["interrupted"] and summary["source"]["reconnects"] == 0
+    assert any("the stream stopped giving frames; its frames end" in record.getMessage()
+               for record in caplog.records)  # the run said nothing of why it ended
+
+
+def test_closing_a_stream_being_reopened_does_not_wait_for_the_attempt(clip: Path) -> None:
+    """Ctrl-C while a stream is reopened (an attempt may take its whole open timeout): ``close`` waited as for a
+    read in progress, 3 s, before the run could stop. The attempt is not waited for; the thread lets the source go
+    when it ends."""
+    import cv2
+
+    port = free_udp_port()
+    attempt_started, attempt_may_end = threading.Event(), threading.Event()
+    with sending(clip, port, "udp", loop=True) as sender:
+        source = open_source(f"udp://@127.0.0.1:{port}", SPEC, reconnect=True)
+        assert isinstance(source, CaptureSource)
+        next(iter(source))
+
+        def slow_open() -> object:  # an open that takes its timeout: nothing answers
+            attempt_started.set()
+            attempt_may_end.wait(10)
+            return cv2.VideoCapture()
+
+        source._open = slow_open  # type: ignore[method-assign]
+        sender.kill()
+        assert attempt_started.wait(10)  # the read timed out and the source is being reopened
+        started = time.monotonic()
+        source.close()
+        closing_took = time.monotonic() - started
+        attempt_may_end.set()
+    source._thread.join(5)
+    assert closing_took < 1.0 and not source._thread.is_alive()
 
 
 def test_garbage_datagrams_are_no_stream(tmp_path: Path) -> None:
