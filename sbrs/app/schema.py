@@ -135,6 +135,12 @@ class PreprocessEntry(Strict):
     mean: Annotated[list[Number], Field(min_length=1, max_length=3)] | None = None
     std: Annotated[list[Annotated[Number, Field(gt=0)]], Field(min_length=1, max_length=3)] | None = None
 
+    @field_validator("mean", "std", mode="before")
+    @classmethod
+    def _one_value_for_every_channel(cls, value: Any) -> Any:
+        """``mean: 0.5`` is ``[0.5]``, one value for every channel (a bool stays what it is: refused)."""
+        return [value] if isinstance(value, int | float) and not isinstance(value, bool) else value
+
 
 class InputSpecEntry(Strict):
     name: Annotated[StrictStr, Field(min_length=1)] = "input"

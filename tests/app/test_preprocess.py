@@ -179,6 +179,8 @@ def test_the_app_file_keys(tmp_path: Path) -> None:
     assert config.input.preprocess == YOLO
     assert load_app_config(write_app(tmp_path, "{resize: center-crop}")).input.preprocess == Preprocess(
         resize="center-crop")
+    one_value = load_app_config(write_app(tmp_path, "{mean: 0.5, std: 0.25}")).input.preprocess  # for every channel
+    assert one_value is not None and (one_value.mean, one_value.std) == ((0.5,), (0.25,))
 
 
 @pytest.mark.parametrize(("preprocess", "shape", "dtype", "message"), [
@@ -186,6 +188,8 @@ def test_the_app_file_keys(tmp_path: Path) -> None:
                                                        "'letterbox' or 'center-crop'"),
     ("{mean: [0, 0]}", "[1, 3, 32, 32]", "float32", "input.preprocess.mean: 2 values for an input of 3 channels"),
     ("{std: [0]}", "[1, 3, 32, 32]", "float32", "input.preprocess.std[0]: Input should be greater than 0"),
+    ("{std: 0}", "[1, 3, 32, 32]", "float32", "input.preprocess.std: Input should be greater than 0 (got 0)"),
+    ("{mean: true}", "[1, 3, 32, 32]", "float32", "input.preprocess.mean"),
     ("{scale: 1}", "[1, 3, 32, 32]", "uint8", "input.preprocess.scale: an input of uint8 takes the pixels as they are"),
     ("{resize: letterbox}", "[1, 32]", "float32", "input.preprocess: pictures need an input of shape"),
     ("{colours: RGB}", "[1, 3, 32, 32]", "float32", "input.preprocess.colours: unknown key"),
