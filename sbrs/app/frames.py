@@ -99,6 +99,11 @@ def _load_npy(files: list[Path], spec: InputSpec, field: str) -> Iterator[np.nda
         except (OSError, ValueError, EOFError) as exc:  # changed or truncated since it was checked
             raise InputError(f"{path}: not a readable .npy array ({' '.join(str(exc).split())})",
                              field=field) from None
+        if frame.dtype.kind in "iu" and stored.dtype != frame.dtype and stored.size:  # a cast would wrap around
+            limits = np.iinfo(frame.dtype)
+            if stored.min() < limits.min or stored.max() > limits.max:
+                raise InputError(f"{path}: the frame holds values beyond the range of the app's input dtype "
+                                 f"{frame.dtype} ({limits.min}..{limits.max})", field=field)
         if frame.dtype.kind == "f" and not np.isfinite(frame).all():
             if stored.dtype.kind == "f" and np.isfinite(stored).all():
                 raise InputError(f"{path}: the frame holds values beyond the range of the app's input dtype "

@@ -53,3 +53,14 @@ def test_a_float64_frame_beyond_float32_is_one_line_naming_the_range(tmp_path: P
         with pytest.raises(InputError, match=r"0\.npy: the frame holds values beyond the range of the app's input "
                                              r"dtype float32"):
             list(folder_frames(tmp_path, spec, field="--source"))
+
+
+def test_an_integer_frame_beyond_a_uint8_input_is_one_line_not_wrapped(tmp_path: Path) -> None:
+    """uint16 frames cast to a uint8 input (numpy's "same kind"): 300 became 44 without a word."""
+    spec = InputSpec("input", (1, 3, 4, 4), "uint8")
+    np.save(tmp_path / "0.npy", np.full((1, 3, 4, 4), 255, np.uint16))  # fits: taken as it is
+    assert [int(frame.max()) for frame in folder_frames(tmp_path, spec, field="--source")] == [255]
+    np.save(tmp_path / "1.npy", np.full((1, 3, 4, 4), 300, np.uint16))
+    with pytest.raises(InputError, match=r"1\.npy: the frame holds values beyond the range of the app's input dtype "
+                                         r"uint8 \(0\.\.255\)"):
+        list(folder_frames(tmp_path, spec, field="--source"))
