@@ -282,7 +282,9 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     config = config_from_dict(read_manifest(folder, args.app)["config"])
     observers: list[Any] = []
     metrics_server = None
-    if args.metrics_port is not None or config.metrics.port is not None:  # prometheus_client only when asked
+    # prometheus_client only when asked; an address or allow-remote without any port is refused there, not ignored
+    if (args.metrics_port is not None or config.metrics.port is not None or args.metrics_address is not None
+            or args.metrics_allow_remote):
         from sbrs.metrics import metrics_from_args
 
         # The metrics endpoint starts before the models load, so a busy port fails at once.

@@ -16,7 +16,7 @@ from sbrs.metrics import DEFAULT_PORT, MetricsObserver, MetricsServer, cli_argum
 from sbrs.metrics import start_metrics_server as start
 from tests.control.helpers import three_scenarios
 
-from .prom import free_port, http_get
+from .prom import REPO, free_port, http_get
 
 
 def test_serves_the_registry_in_text_format(observer: MetricsObserver, metrics_server: MetricsServer) -> None:
@@ -172,6 +172,20 @@ def test_non_loopback_from_the_command_line_needs_allow_remote() -> None:
 def test_address_without_a_port_is_an_input_error() -> None:
     with pytest.raises(InputError, match="need --metrics-port"):
         metrics_from_args(parser().parse_args(["--metrics-address", "127.0.0.1"]), config())
+
+
+@pytest.mark.parametrize("options", [["--metrics-address", "0.0.0.0"], ["--metrics-allow-remote"]])
+def test_sbrs_run_refuses_an_address_or_allow_remote_without_a_port(tmp_path: Path, options: list[str],
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Not a run without metrics: whoever typed --metrics-address expected an endpoint (exit 2, one line)."""
+    from sbrs.cli import main
+
+    app = tmp_path / "tiny.yaml"
+    app.write_text((REPO / "apps" / "tiny.yaml").read_text())
+    assert main(["run", str(app), "--frames", "1", "--no-socket", "-q", *options]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and "need --metrics-port" in captured.err
 
 
 def test_busy_port_from_the_command_line_fails_before_running(observer: MetricsObserver) -> None:
