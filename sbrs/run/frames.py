@@ -13,7 +13,7 @@ A folder is read once, in order; ``--frames`` can stop earlier.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,13 +31,15 @@ if TYPE_CHECKING:
 
 def open_source(text: str | None, spec: InputSpec, *, seed: int = 0, realtime: bool = False,
                 reconnect: bool | None = None, keep_pictures: bool = False, stop: threading.Event | None = None,
-                observers: RunObserver | None = None, field: str = "--source") -> FrameSource:
+                observers: RunObserver | Iterable[RunObserver] | None = None,
+                field: str = "--source") -> FrameSource:
     """The frames of source ``text`` for the input ``spec`` (module docstring), opened and checked: a source that
     cannot be opened is an ``InputError`` here. ``realtime``: a video file paced at its frame rate, the newest
     frame taken, as a camera would give it. ``reconnect``: reopen a source that stops, with backoff (default:
     for network streams). ``keep_pictures``: remember the pictures of frames in flight (``SourceFrame.picture``).
-    ``stop``: ends the frames when set (a live source waiting for its next frame too). ``observers`` get
-    ``frames_dropped`` and ``source_reconnected`` (``sbrs.runtime.events``)."""
+    ``stop``: ends the frames when set (a live source waiting for its next frame too). ``observers`` (a list of
+    them, as ``runtime_for`` takes them, or one) get ``frames_dropped`` and ``source_reconnected``
+    (``sbrs.runtime.events``)."""
     source = parse_source(text, field=field)
     if realtime and source.kind != "file":
         raise InputError("--realtime paces a video file at its frame rate; "
@@ -52,7 +54,12 @@ def open_source(text: str | None, spec: InputSpec, *, seed: int = 0, realtime: b
             return TensorSource(source.target, "folder", folder_frames(source.target, spec, field=field))
         return ImageFolderSource(source.target, spec, keep_pictures=keep_pictures, field=field)
     from sbrs.run.capture import CaptureSource
+    from sbrs.runtime.events import Observers
 
+    # One fan-out whatever was given: a list has no frames_dropped (it failed the read thread at the first dropped
+    # frame), and an observer that raises must not end the frames.
+    if observers is not None and not isinstance(observers, Observers):
+        observers = Observers(observers if isinstance(observers, Iterable) else (observers,))
     return CaptureSource(source, Preprocessor(spec, field="input.preprocess"), realtime=realtime,
                          reconnect=source.network if reconnect is None else reconnect, keep_pictures=keep_pictures,
                          stop=stop, observers=observers, field=field)

@@ -81,6 +81,21 @@ def test_realtime_paces_a_file_and_gives_the_newest_frame(tmp_path: Path) -> Non
     assert ages[len(ages) // 2] < 1 / 30 + 0.02, ages  # no older than about one frame time
 
 
+def test_observers_as_a_list_count_the_dropped_frames(tmp_path: Path) -> None:
+    """``observers=[observer]``, as ``runtime_for`` takes them: the first dropped frame failed the reading thread
+    (a list has no ``frames_dropped``) and ended the frames with an error."""
+    from sbrs.metrics.observer import MetricsObserver
+
+    slow = make_video(tmp_path / "slow.mp4", 160, 120, 30)
+    observer = MetricsObserver(["a"], process_metrics=False)
+    with open_source(str(slow), InputSpec("input", (1, 3, 32, 32), "float32"), realtime=True,
+                     observers=[observer]) as source:
+        for _ in source:
+            time.sleep(0.1)  # a model at 10 fps
+    assert source.counts.read == 30 and source.counts.dropped > 0
+    assert observer.registry.get_sample_value("sbrs_source_frames_dropped_total") == source.counts.dropped
+
+
 @pytest.mark.parametrize(("content", "message"), [
     (b"", "cannot open the video file"),
     (b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 8, "cannot open the video file"),
