@@ -47,6 +47,7 @@ Metrics (``MetricsObserver.METRICS`` lists the names):
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -136,7 +137,8 @@ class MetricsObserver:
     scenario are not counted); ``initial`` is the scenario the Enum starts on (default: the first);
     ``high_power`` the scenarios ``policy.high_power`` marks; ``providers`` the execution providers for
     ``sbrs_build_info`` (a ``providers`` fact of ``started`` replaces them). ``registry`` defaults to a new
-    ``CollectorRegistry``; ``process_metrics`` adds the client library's process, platform and GC collectors.
+    ``CollectorRegistry`` (a host may pass its own, ``prometheus_client.REGISTRY`` too); ``process_metrics`` adds
+    the client library's process, platform and GC collectors where the registry has none yet.
     """
 
     METRICS: tuple[str, ...] = (
@@ -156,9 +158,11 @@ class MetricsObserver:
             raise ValueError("an app has at least one scenario")
         self.registry = registry if registry is not None else CollectorRegistry()
         if process_metrics:
-            ProcessCollector(registry=self.registry)
-            PlatformCollector(registry=self.registry)
-            GCCollector(registry=self.registry)
+            for collector in (ProcessCollector, PlatformCollector, GCCollector):
+                # A host's registry (prometheus_client.REGISTRY) holds them already, describing this very process:
+                # theirs are kept (registering a second set is a ValueError, duplicated timeseries).
+                with contextlib.suppress(ValueError):
+                    collector(registry=self.registry)
         # A scenario may itself be called "switching": the switching state then takes a name no scenario has.
         self.switching_state = SWITCHING
         while self.switching_state in self.scenarios:

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 from sbrs.metrics import MetricsObserver
 from sbrs.metrics.observer import INFERENCE_BUCKETS, REJECT_REASONS, SWITCH_DELAY_BUCKETS
@@ -44,6 +44,21 @@ def test_two_observers_do_not_share_metrics() -> None:
     first.frame_done("full", 0.01)
     assert first.registry.get_sample_value("sbrs_frames_total", {"scenario": "full"}) == 1
     assert second.registry.get_sample_value("sbrs_frames_total", {"scenario": "full"}) == 0
+
+
+def test_a_host_registry_with_process_collectors_is_accepted() -> None:
+    """A host serving sbrs' metrics on its own endpoint passes its registry, which (as prometheus_client.REGISTRY
+    does) already has the process, platform and GC collectors: that was a ValueError (duplicated timeseries)."""
+    host = CollectorRegistry(auto_describe=True)  # as prometheus_client.REGISTRY is made
+    ProcessCollector(registry=host)
+    PlatformCollector(registry=host)
+    GCCollector(registry=host)
+    observer = MetricsObserver(SCENARIOS, registry=host)
+    observer.frame_done("full", 0.01)
+    assert host.get_sample_value("sbrs_frames_total", {"scenario": "full"}) == 1
+    series = [(sample.name, tuple(sorted(sample.labels.items()))) for metric in host.collect()
+              for sample in metric.samples]
+    assert len(series) == len(set(series)) and sum(name == "python_info" for name, _ in series) == 1
 
 
 def test_initial_series_exist_with_zero_or_nan(observer: MetricsObserver) -> None:
