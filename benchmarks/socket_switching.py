@@ -179,7 +179,7 @@ def burst(app: str, seconds: float, clients: int, seed: int, extra: list[str]) -
     warm = rss[len(rss) // 10:] or rss
     return {"app": app, "seconds": seconds, "clients": clients, "requests_sent": sent, "replies": answered,
             "error_replies": errors, "client_failures": failures, "runner_alive_at_end": alive,
-            "status_ok": bool(status.get("ok")), "switches": status.get("switches"), "frames": frames,
+            "status_ok": bool(status.get("ok")), "switches_asked": status.get("switches_asked"), "frames": frames,
             "runner_exit": code, "rss_mb_first_last_max": [round(warm[0] / 1e6, 2), round(warm[-1] / 1e6, 2),
                                                             round(max(warm) / 1e6, 2)] if warm else None}
 

@@ -81,7 +81,7 @@ class PolicyController:
         self._decision: Decision | None = None
         self._mode = "initial"
         self._last_source: str | None = None
-        self._switches = 0
+        self._switches_asked = 0  # scenario changes asked of the runtime (a switch ends later, or is replaced)
         self._status_sections: dict[str, Callable[[], Any]] = {}
 
     @property
@@ -174,7 +174,7 @@ class PolicyController:
                 "scenarios": list(self.scenarios),
                 "mode": self._mode,
                 "last_switch_source": self._last_source,
-                "switches": self._switches,
+                "switches_asked": self._switches_asked,
                 "high_power": self._current in self._config.policy.high_power,
                 "environment": self._environment.to_dict(),
                 "decision": None if self._decision is None else self._decision.to_dict(),
@@ -208,5 +208,5 @@ class PolicyController:
         except SbrsError as exc:
             raise RequestError("switch_failed", f"switch to '{scenario}' failed: {exc}") from None
         self._current = scenario
-        self._switches += 1
+        self._switches_asked += 1
         self._last_source = source

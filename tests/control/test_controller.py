@@ -54,7 +54,7 @@ def test_explicit_switch_bypasses_policy_until_next_update() -> None:
     reply = controller.update_environment({"battery": 0.8})
     assert reply["scenario"] == "balanced" and controller.status()["mode"] == "policy"
     assert switch.calls == ["balanced", "frugal", "balanced"]
-    assert controller.status()["switches"] == 3
+    assert controller.status()["switches_asked"] == 3
 
 
 def test_unknown_scenario_and_bad_values_are_request_errors() -> None:
@@ -80,7 +80,7 @@ def test_failed_switch_keeps_state_and_environment() -> None:
     assert controller.scenario == "accurate" and controller.environment.min_fps == 50.0
     with pytest.raises(RequestError):
         controller.request_switch("balanced", "socket")
-    assert controller.scenario == "accurate" and controller.status()["switches"] == 0
+    assert controller.scenario == "accurate" and controller.status()["switches_asked"] == 0
     switch.fail = False
     assert controller.reevaluate()["scenario"] == "frugal" and switch.calls == ["frugal"]
 
@@ -136,6 +136,6 @@ def test_concurrent_requests_keep_state_consistent() -> None:
         thread.join(30)
     assert not any(thread.is_alive() for thread in threads)
     status = controller.status()
-    assert status["switches"] == len(switch.calls)
+    assert status["switches_asked"] == len(switch.calls)
     assert switch.calls[-1] == status["scenario"]
     assert all(a != b for a, b in itertools.pairwise(switch.calls))  # never "switched" to the current one
