@@ -112,8 +112,11 @@ def _scenario_steps(model: CnnModel, moc: Moc, scenario: str, names: Mapping[str
 
 def layout_units(models: Mapping[str, CnnModel], moc: Moc, granularity: str,
                  share_min_bytes: int = 0, switch_steps: int = 1, min_step_work: int = 0,
-                 resume: bool = False) -> UnitLayout:
+                 resume: bool = False, input_name: str | None = None) -> UnitLayout:
     """Cut each scenario's execution sequence into units (module docstring), shared units listed once.
+
+    ``input_name``: the app's input (``input.name``), the key of every scenario's frame input in
+    ``UnitLayout.inputs``, whatever its model calls that input (default: each model's own name).
 
     Sharing threshold (``auto`` only; with ``layer`` every step is its own unit anyway, so privatising would
     only duplicate weights): a shared run whose weights total less than ``share_min_bytes`` is made private to
@@ -138,7 +141,8 @@ def layout_units(models: Mapping[str, CnnModel], moc: Moc, granularity: str,
     private = _whole_steps(moc)
     kept: set[StepKey] | None = None  # under ``resume``: the steps of the shared prefixes, from the first cut
     while True:
-        layout, scenario_steps = _layout(models, moc, granularity, private, switch_steps, min_step_work)
+        layout, scenario_steps = _layout(models, moc, granularity, private, switch_steps, min_step_work,
+                                          input_name)
         if granularity != "auto":
             return layout
         if kept is None:
@@ -273,7 +277,8 @@ def _weight_bytes(unit: Unit, scenario_steps: Mapping[str, _ScenarioSteps]) -> i
 
 
 def _layout(models: Mapping[str, CnnModel], moc: Moc, granularity: str, private: frozenset[StepKey],
-            switch_steps: int = 1, min_step_work: int = 0) -> tuple[UnitLayout, dict[str, _ScenarioSteps]]:
+            switch_steps: int = 1, min_step_work: int = 0,
+            input_name: str | None = None) -> tuple[UnitLayout, dict[str, _ScenarioSteps]]:
     names = {s: scenario_tensor_ids(models[s], moc, s) for s in moc.scenarios}
     scenario_steps = {s: _scenario_steps(models[s], moc, s, names[s], private) for s in moc.scenarios}
     users: dict[StepKey, tuple[str, ...]] = {}
@@ -320,7 +325,9 @@ def _layout(models: Mapping[str, CnnModel], moc: Moc, granularity: str, private:
         for name, spec in model.tensors.items():
             if name in names[scenario]:
                 specs.setdefault(names[scenario][name], spec)
-    inputs = {s: {models[s].graph_inputs[0]: names[s][models[s].graph_inputs[0]]} for s in moc.scenarios}
+    # keyed by the app's input name, which the runtime binds frames by; a model may call its input otherwise
+    inputs = {s: {input_name or models[s].graph_inputs[0]: names[s][models[s].graph_inputs[0]]}
+              for s in moc.scenarios}
     outputs = {s: {name: names[s][name] for name in models[s].graph_outputs} for s in moc.scenarios}
     units = tuple(_unit(unit_id, run, users[run[0]], scenario_steps, outputs) for run, unit_id in runs.items())
     return UnitLayout(units, sequences, inputs, outputs, specs), scenario_steps

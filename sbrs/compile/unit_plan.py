@@ -37,5 +37,6 @@ def build_unit_plan(app: App, granularity: str | None = None, moc: Moc | None = 
         and len(app.models) > 1 else 1
     resume = (on_switch or options.on_switch) == "resume" and len(app.models) > 1
     layout = layout_units(app.models, moc, chosen, share_min_bytes=int(options.unit_share_min_mb * 1e6),
-                          switch_steps=switch_steps, min_step_work=MIN_SWITCH_STEP_WORK, resume=resume)
+                          switch_steps=switch_steps, min_step_work=MIN_SWITCH_STEP_WORK, resume=resume,
+                          input_name=app.config.input.name)
     return plan_layout(layout, app=app.name, granularity=chosen, adaptive=tuple(app.config.adaptive), resume=resume)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
+from unittest.mock import ANY
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
-from sbrs.app import App
+from sbrs.app import App, load_app
 from sbrs.compile import UnitPlan, build_unit_plan
 from sbrs.compile.arena import arena_problem
 from sbrs.compile.layout import layout_units
@@ -17,6 +21,7 @@ from sbrs.memory import check_plan, plan_arena
 from sbrs.moc import derive_moc
 from sbrs.model import layer_work
 from sbrs.runtime import runtime_for
+from tests.conftest import ort_session
 from tests.runtime.conftest import References, assert_equivalent, random_frame
 
 
@@ -166,3 +171,24 @@ def test_a_gpu_provider_runs_one_unit_per_scenario_by_default(load_example: Call
     chosen = on(("CUDAExecutionProvider", "CPUExecutionProvider"), share_min_mb=1.0, switch_steps=4)
     assert build_unit_plan(chosen, "auto", transition="sbrs-tp").units == build_unit_plan(cpu, "auto",
                                                                                           transition="sbrs-tp").units
+
+
+def test_a_model_whose_input_has_another_name_than_the_apps_runs_on_units(tmp_path: Path) -> None:
+    """The runtime binds frames by the app's ``input.name``; a model calling its input ``data`` failed with a
+    KeyError on the first frame after ``sbrs check`` and ``sbrs build`` had passed (one graph and by parts ran)."""
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["data", "weight"], ["conv"]), helper.make_node("Relu", ["conv"], ["logits"])],
+        "renamed", [helper.make_tensor_value_info("data", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 2, 8, 8])],
+        [numpy_helper.from_array(np.random.default_rng(0).standard_normal((2, 3, 1, 1)).astype(np.float32), "weight")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save(model, str(tmp_path / "renamed.onnx"))
+    (tmp_path / "app.yaml").write_text("name: renamed\ninput: {name: input, shape: [1, 3, 8, 8]}\n"
+                                       "scenarios:\n  - {name: only, model: renamed.onnx}\n")
+    app = load_app(tmp_path / "app.yaml")
+    assert build_unit_plan(app, "auto").inputs == {"only": {"input": ANY}}
+    frame = random_frame(app, seed=1)
+    with runtime_for(app) as runtime:
+        got = runtime.infer(frame)
+    want = ort_session(tmp_path / "renamed.onnx").run(None, {"data": frame})[0]
+    np.testing.assert_array_equal(got["logits"], want)
