@@ -75,6 +75,7 @@ def import_model(model: onnx.ModelProto, *, source: str = "<memory>", name: str 
     if copy:
         model = _copy(model)
     values = dict(arrays or {})
+    _refuse_unsupported_opset(model, source)
     _set_input_shapes(model, input_shapes or {}, source)
     _refuse_unsupported_types(model, source)
     _refuse_unsupported(model, source, foreign_only=True)  # ONNX Runtime could not even load those to fold
@@ -91,6 +92,22 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     return copy
+
+
+#: The oldest standard operator set ONNX Runtime guarantees to run (older ones load, then lack kernels: Relu-1).
+OLDEST_OPSET = 7
+
+
+def _refuse_unsupported_opset(model: onnx.ModelProto, source: str) -> None:
+    """One-line refusal of a standard operator set that ONNX Runtime cannot run: older than it guarantees, or
+    newer than the installed ``onnx`` knows (shape inference, then ONNX Runtime's load, fail on those; ``sbrs
+    check`` passed and ``sbrs build`` stopped with an internal error)."""
+    opsets = {entry.domain or "": int(entry.version) for entry in model.opset_import}
+    opset = opsets.get("", opsets.get("ai.onnx"))
+    newest = onnx.defs.onnx_opset_version()
+    if opset is not None and not OLDEST_OPSET <= opset <= newest:
+        raise InputError(f"the model uses ONNX operator set {opset}; sbrs runs {OLDEST_OPSET} to {newest} (convert "
+                         "it with onnx.version_converter.convert_version, or export it again)", file=source)
 
 
 def _refuse_unsupported(model: onnx.ModelProto, source: str, *, foreign_only: bool = False) -> None:
@@ -169,7 +186,20 @@ def _check_topology(model: onnx.ModelProto, source: str) -> None:
     ``onnxruntime.transformers.float16`` appends the Casts of its float32 inputs at the end of the graph."""
     graph = model.graph
     available = {init.name for init in graph.initializer} | {value.name for value in graph.input}
-    produced = {output for node in graph.node for output in node.output if output}
+    produced: set[str] = set()
+    names: set[str] = set()
+    for index, node in enumerate(graph.node):
+        # ONNX Runtime refuses both (SSA, unique node names): the build's sessions failed with an internal error
+        label = node.name or f"#{index}"
+        if node.name and node.name in names:
+            raise InputError(f"node '{label}': two nodes have this name (ONNX Runtime refuses such a model; give "
+                             "every node a name of its own)", file=source)
+        names.add(node.name)
+        for output in node.output:
+            if output and (output in produced or output in available):
+                raise InputError(f"node '{label}': its output '{output}' is defined twice (by another node, an "
+                                 "initializer or a graph input; ONNX Runtime refuses such a model)", file=source)
+            produced.add(output)
     for index, node in enumerate(graph.node):
         for operand in node.input:
             if operand and operand not in available and operand not in produced:
@@ -395,7 +425,11 @@ def _build(model: onnx.ModelProto, values: Mapping[str, np.ndarray], source: str
                 raise InputError(f"initializer '{init.name}' is external data that was not read", file=source)
             arrays[init.name] = values[init.name]
             continue
-        arrays[init.name] = numpy_helper.to_array(init)
+        try:
+            arrays[init.name] = numpy_helper.to_array(init)
+        except ValueError:  # numpy cannot shape its data as its dims say: the file's header does not fit its data
+            raise InputError(f"initializer '{init.name}': its data does not hold a {list(init.dims)} tensor of type "
+                             f"{onnx.TensorProto.DataType.Name(init.data_type)}", file=source) from None
         init.ClearField("raw_data")  # the array is a copy: free the parsed bytes now, one tensor at a time
     weights = WeightStore()
     refs = {key: ParamRef(key, tuple(int(d) for d in a.shape), a.dtype.name, weights.add(a))

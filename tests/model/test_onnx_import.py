@@ -302,3 +302,38 @@ def test_missing_and_garbage_files(tmp_path) -> None:  # type: ignore[no-untyped
     garbage.write_bytes(b"\x00\xffnot a model at all" * 10)
     with pytest.raises(InputError, match=r"garbage\.onnx: not a readable ONNX model"):
         import_onnx(garbage)
+
+
+@pytest.mark.parametrize(("nodes", "message"), [
+    ([helper.make_node("Relu", ["x"], ["y"], name="a"), helper.make_node("Sigmoid", ["x"], ["y"], name="b")],
+     r"node 'b': its output 'y' is defined twice"),
+    ([helper.make_node("Relu", ["x"], ["r"], name="twin"), helper.make_node("Sigmoid", ["r"], ["y"], name="twin")],
+     r"node 'twin': two nodes have this name"),
+    ([helper.make_node("Relu", ["x"], ["x"], name="over"), helper.make_node("Relu", ["x"], ["y"])],
+     r"node 'over': its output 'x' is defined twice"),
+])
+def test_models_onnx_runtime_refuses_to_load_are_refused_at_import(nodes: list, message: str) -> None:
+    """Two definitions of a tensor, or two nodes of one name: ONNX Runtime refuses the model, and ``sbrs check``
+    passed it while ``sbrs build`` stopped with an internal error (exit 1) when its sessions loaded."""
+    with pytest.raises(InputError, match=message) as caught:
+        import_model(_model(nodes, [], X), source="bad.onnx")
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("opset", [5, 6, onnx.defs.onnx_opset_version() + 1])
+def test_an_operator_set_onnx_runtime_cannot_run_is_refused_in_one_line(opset: int) -> None:
+    """Relu-1 of opset 1-5 has no ONNX Runtime kernel, an opset newer than ``onnx`` knows does not load: both
+    passed ``sbrs check`` and failed ``sbrs build`` with an internal error."""
+    with pytest.raises(InputError, match=rf"bad\.onnx: the model uses ONNX operator set {opset}; sbrs runs 7 to "):
+        import_model(_model([helper.make_node("Relu", ["x"], ["y"])], [], X, opset=opset), source="bad.onnx")
+
+
+def test_an_initializer_whose_data_does_not_fit_its_dims_is_refused_in_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A header claiming 10^13 elements over 432 floats of data was numpy's reshape error, exit 1."""
+    model = _model([helper.make_node("Conv", ["x", "w"], ["y"])], [_init("w", _w(4, 4, 3, 3))], X)
+    del model.graph.initializer[0].dims[:]
+    model.graph.initializer[0].dims.extend([1 << 20, 1 << 20, 3, 3])
+    onnx.save(model, str(tmp_path / "lying.onnx"))
+    with pytest.raises(InputError, match=r"lying\.onnx: initializer 'w': its data does not hold a \[1048576, "
+                                         r"1048576, 3, 3\] tensor of type FLOAT"):
+        import_onnx(tmp_path / "lying.onnx")
