@@ -26,6 +26,9 @@ from sbrs.errors import InputError
 OPSET = 17
 IR_VERSION = 8
 PRODUCER = "sbrs.zoo"
+#: The most float32 parameter values one built model holds (1 GiB; ResNet-50 has 25.6 M, VGG-19 143 M): an
+#: option such as ``classes: 100000000`` is refused before its weights are drawn, not a MemoryError after.
+MAX_PARAMETER_VALUES = 1 << 28
 
 Shape = tuple[int, ...]
 IntPair = int | Sequence[int]
@@ -104,6 +107,7 @@ class GraphBuilder:
         self._inits: dict[str, onnx.TensorProto] = {}
         self._node_names: set[str] = set()
         self._counter: dict[str, int] = {}
+        self._parameter_values = 0
 
     # ----------------------------------------------------------------- bookkeeping
 
@@ -163,13 +167,23 @@ class GraphBuilder:
 
     # ----------------------------------------------------------------- parameters
 
+    def _count_parameter(self, name: str, shape: Shape) -> None:
+        """Refuse ``name`` in one line when it would take the model past ``MAX_PARAMETER_VALUES``."""
+        self._parameter_values += math.prod(shape)
+        if self._parameter_values > MAX_PARAMETER_VALUES:
+            raise InputError(f"parameter {name!r} of shape {list(shape)} takes the model's weights past "
+                             f"{MAX_PARAMETER_VALUES:,} values ({MAX_PARAMETER_VALUES * 4 / 2**30:g} GiB of float32), "
+                             "the most sbrs builds: an option or layer is too large")
+
     def param_normal(self, name: str, shape: Shape, std: float, mean: float = 0.0) -> str:
         """A float32 parameter drawn from N(mean, std²) with the name-keyed generator."""
+        self._count_parameter(name, shape)
         values = rng_for(self.seed, name).standard_normal(size=shape, dtype=np.float32)
         return self._init(name, (values * np.float32(std) + np.float32(mean)).astype(np.float32))
 
     def param_uniform(self, name: str, shape: Shape, low: float, high: float) -> str:
         """A float32 parameter drawn from U(low, high) with the name-keyed generator."""
+        self._count_parameter(name, shape)
         values = rng_for(self.seed, name).uniform(low, high, size=shape).astype(np.float32)
         return self._init(name, values)
 

@@ -133,3 +133,12 @@ def test_cache_dir_fallbacks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert cache_dir("zoo") == tmp_path / "home" / ".cache" / "sbrs" / "zoo"
     assert not os.path.exists(tmp_path / "home")
+
+
+@pytest.mark.parametrize(("name", "options"), [("resnet18", {"classes": 100_000_000}),
+                                               ("resnet18", {"head_width": 100_000_000})])
+def test_an_option_asking_for_gigabytes_of_weights_is_refused_before_they_are_drawn(name: str,
+                                                                                    options: dict[str, Any]) -> None:
+    """``classes: 100000000`` asked numpy for 191 GiB: a MemoryError, exit 1 (or the machine's memory)."""
+    with pytest.raises(InputError, match=r"takes the model's weights past 268,435,456 values \(1 GiB of float32\)"):
+        zoo.build(name, **options)
