@@ -43,7 +43,9 @@ class Bound:
     outputs' copy-outs; what each step runs (``steps``: unit ids or call keys); and the bytes really bound:
     ``accesses[(scenario, step)]`` (reads, writes; step 1-based), ``copy_out_reads[scenario]``, ``ranges``
     (every range bound, in binding order). ``operands``: the small int64 arrays edge calls are bound to
-    (``sbrs.compile.parts_plan.edge_operands``)."""
+    (``sbrs.compile.parts_plan.edge_operands``). ``frame_owners[scenario]``, by parts where the frame is streamed:
+    the last step that reads the caller's array (its last feed) and what makes the frame in flight the runtime's
+    own (``own_frame``)."""
 
     calls: dict[str, tuple[Step, ...]] = field(default_factory=dict)
     copy_in: dict[str, Callable[[np.ndarray], None]] = field(default_factory=dict)
@@ -53,6 +55,16 @@ class Bound:
     copy_out_reads: dict[str, list[Range]] = field(default_factory=dict)
     ranges: list[Range] = field(default_factory=list)
     operands: dict[tuple[int, ...], np.ndarray] = field(default_factory=dict)
+    frame_owners: dict[str, tuple[int, Callable[[], None]]] = field(default_factory=dict)
+
+    def own_frame(self, scenario: str, step: int) -> None:
+        """After step ``step`` of ``scenario``'s frame: where feeds still to run read the caller's array, copy it and
+        let them read the copy. A switch takes the next frame from the caller while this one's feeds read the
+        caller's array (``sbrs.runtime.switching.start_transition``): a source that refills one buffer, as a capture
+        loop does, would refill it under them."""
+        owner = self.frame_owners.get(scenario)
+        if owner is not None and step < owner[0]:
+            owner[1]()
 
     def step_accesses(self) -> dict[str, tuple[StepAccess, ...]]:
         """Each scenario's steps as the bytes really bound (``StepAccess``, offsets from the arena's base)."""
@@ -68,6 +80,7 @@ class Bound:
         self.calls.clear()
         self.copy_in.clear()
         self.copy_out.clear()
+        self.frame_owners.clear()
 
     def _touch(self, scenario: str, step: int) -> tuple[list[Range], list[Range]]:
         return self.accesses.setdefault((scenario, step), ([], []))
@@ -234,6 +247,8 @@ def bind_parts(plan: PartsPlan, sessions: Mapping[str, ort.InferenceSession], ar
         source = buffers[parts.input]
         if parts.streamed:  # the feeds copy the frame's rows; the copy-in only hands them the caller's array
             bound.copy_in[scenario] = functools.partial(frame.__setitem__, 0)
+            last_feed = max(step for step, call in enumerate(parts.calls, 1) if call.feed)
+            bound.frame_owners[scenario] = (last_feed, functools.partial(_own_frame, frame))
         else:
             frame_view = view(source)
             span = record(scenario, parts.input, frame_view)
@@ -258,6 +273,11 @@ def bind_parts(plan: PartsPlan, sessions: Mapping[str, ort.InferenceSession], ar
                 outputs[t] = output_view.copy
         bound.copy_out[scenario] = outputs
     return bound
+
+
+def _own_frame(frame: list[np.ndarray]) -> None:
+    """The frame a streamed scenario's feeds read (``frame[0]``) replaced by a copy of it (``Bound.own_frame``)."""
+    frame[0] = frame[0].copy()
 
 
 def _feed_step(frame: list[np.ndarray], view: np.ndarray, lo: int, hi: int,

@@ -64,6 +64,11 @@ class Lookahead:
                 self._error = error
         return self._next
 
+    @property
+    def peeked(self) -> bool:
+        """Whether the next frame was taken from the caller's frames already (by ``peek``)."""
+        return self._next is not None or self._error is not None
+
     def take(self) -> dict[str, np.ndarray] | None:
         arrays, self._next = self._next, None
         if self._error is not None:
@@ -89,6 +94,8 @@ def start_transition(runner: FrameRunner, old: str, step: int, pending: SwitchRe
     ok = runner.transition_starts.get((old, pending.scenario))
     if ok is None or not ok[0]:
         return None
+    if not lookahead.peeked:  # taking the next frame may refill the array the old frame's feeds still read
+        runner.bound.own_frame(old, step)
     arrays = lookahead.peek()
     if arrays is None:
         return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -50,3 +51,37 @@ def test_outputs_by_parts_are_copies_that_later_frames_leave_alone(tmp_path: Pat
                 assert array.shape == (1, 1, 16, 16)
                 assert array.flags.owndata, f"{name}: a view of the runtime's arena"
                 np.testing.assert_array_equal(array, kept[name])
+
+
+def test_a_switch_leaves_a_streamed_frame_alone_when_the_source_refills_its_buffer(tmp_path: Path) -> None:
+    """A band on the graph input streams the frame: its feeds read the caller's array as the calls need its rows.
+    An SBRS-TP switch takes the next frame while the old frame's feeds still read it; a source that refills one
+    buffer (a capture loop) must not change the old frame's rows under them."""
+    from tests.runtime.conftest import References, assert_equivalent
+
+    path = tmp_path / "maps.yaml"
+    path.write_text(ONE_CHANNEL_MAPS)
+    app = load_app(path)
+    refs = References(app)
+    rng = np.random.default_rng(1)
+    frames = [rng.standard_normal((1, 3, 16, 16)).astype(np.float32) for _ in range(2)]
+
+    def capture() -> Iterator[np.ndarray]:
+        buffer = np.empty((1, 3, 16, 16), np.float32)
+        for frame in frames:
+            buffer[...] = frame  # refilled in place when the next frame is asked for
+            yield buffer
+
+    bands = {name: maximal_bands(model, stream_input=True) for name, model in app.models.items()}
+    with Runtime.from_models(app.models, bands) as rt:
+        assert all(parts.streamed for parts in rt.plan.scenarios.values())
+        assert rt.runner.transition_starts[("narrow", "wide")][0]  # the new frame may start before the old ends
+        calls = rt.plan.scenarios["narrow"].calls
+        last_feed = max(step for step, call in enumerate(calls, 1) if call.feed)
+        for step in (1, last_feed // 2, last_feed - 1):
+            rt.switch("narrow")
+            results = list(rt.process_with_hooks(capture(), inject=(step, "wide")))
+            assert [r.scenario for r in sorted(results, key=lambda r: r.index)] == ["narrow", "wide"]
+            for result in results:
+                assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]),
+                                  f"switch at step {step}, frame {result.index}")
