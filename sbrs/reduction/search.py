@@ -1,7 +1,8 @@
 """``sbrs build --memory-limit``: the buffers reduction of an app (thesis Algorithm 9 over Algorithm 10), saved.
 
 :func:`reduce_app` runs Algorithm 9 for an app's scenarios: lines 1-5 exit early when the unreduced plan
-(parameters plus the Algorithm 8 / arena buffers of ``sbrs.memory.app_plan``) fits ``M^c``; otherwise the
+(parameters plus the Algorithm 8 / arena buffers of ``sbrs.memory.app_plan``, once per stream the units run on)
+fits ``M^c``; otherwise the
 seeded NSGA-II search of :func:`sbrs.reduction.reduce_buffers` chooses band heights per layer under a cost
 model the caller gives (``CostSource``; ``sbrs build --cost``, resolved by ``sbrs.compile.costs.cost_source``):
 
@@ -81,8 +82,12 @@ def reduce_app(app: App, plan: AppPlan, memory_limit: int, *, min_fps: Mapping[s
     if unknown:
         raise InputError(f"--min-fps names unknown scenario(s) {', '.join(unknown)} (scenarios: "
                          f"{', '.join(models)})", field="min_fps")
-    unreduced_total = plan.memory.params_bytes + plan.memory.arena_bytes
-    early = unreduced_total <= memory_limit  # Algorithm 9, lines 1-5, on the app's own (MoC) plan
+    # Algorithm 9, lines 1-5, on the app's own (MoC) plan, as its execution units would run it: on two streams where
+    # the app asks for them (``runtime.streams: 2``), each with an arena of its own (``auto`` measures two only where
+    # two arenas fit the limit, ``sbrs.artifact.write``)
+    unit_streams = app.config.runtime.max_streams(by_parts=False)
+    unreduced_total = plan.memory.params_bytes + unit_streams * plan.memory.arena_bytes
+    early = unreduced_total <= memory_limit
     if not early:
         refuse_below_weights(models, memory_limit)  # before the cost model measures anything
     cost_model, cost_name = (AnalyticCostModel(), "analytic") if early or cost is None else cost(

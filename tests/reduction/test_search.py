@@ -38,6 +38,26 @@ def test_loose_limit_exits_early(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert report["arena_bytes"] == report["unreduced"]["arena_bytes"]
 
 
+def test_units_on_two_streams_count_both_arenas_against_the_limit(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``runtime.streams: 2`` runs the units on two arenas: where parameters plus one arena fit the limit and
+    parameters plus two do not, Algorithm 9's early exit does not apply, and the build fits the limit by parts
+    (tiny: 0.31 MB on one stream, 0.51 MB on two)."""
+    app = tmp_path / "tiny.yaml"
+    app.write_text(Path(TINY).read_text() + "runtime: {streams: 2}\n")
+    code, out, err = build(tmp_path, capsys, "--json", "--memory-limit", "0.45", *FAST)
+    assert code == 0, err
+    report = json.loads(out)
+    assert not report["reduction"]["early_exit"]
+    assert report["build"]["execution"] == "parts"
+    assert report["build"]["footprint"]["plan_bytes"] <= 450_000
+    code, out, err = build(tmp_path, capsys, "--json", "--memory-limit", "0.6", *FAST)  # two arenas fit
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["reduction"]["early_exit"] and report["build"]["streams"]["streams"] == 2
+    assert report["build"]["footprint"]["plan_bytes"] <= 600_000
+
+
 def test_tight_limit_chooses_a_reduction_and_saves_it(load_example, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = build(tmp_path, capsys, "--json", "--memory-limit", "0.25", *FAST)
