@@ -223,7 +223,10 @@ def _build_text(result: Any) -> str:
     streams = built["streams"]
     load = "" if streams.get("load") is None else f", measured at load average {streams['load']:.1f}"
     lines.append(f"streams: {streams['streams']} (runtime.streams: {streams['asked']}; {streams['reason']}{load})")
-    lines.append(_session_text(built["session"]))
+    if built.get("execution") == "parts":  # (the session choice is the units' form, which this build does not run)
+        lines.append("session: runs by parts, band calls under its memory limit")
+    else:
+        lines.append(_session_text(built["session"]))
     footprint = built["footprint"]
     lines.append(f"plan of what the runtime holds: parameters as executed {_mb(footprint['params_bytes'])} + tensors "
                  f"{_mb(footprint['tensors_bytes'])} (every tensor, those inside ONNX Runtime calls too) + transition "

@@ -237,7 +237,7 @@ def _chosen_streams(app: App, plan: UnitPlan, staging: Path, optimized: bool, un
     asked = str(runtime.streams)
     if runtime.streams != "auto":
         streams = runtime.max_streams(by_parts=False)
-        return StreamsChoice(streams, asked, f"runtime.streams: {asked}"
+        return StreamsChoice(streams, asked, "as the app file sets it, not measured"
                              + ("" if streams == int(asked) else f" (one with on_switch: {runtime.on_switch})"))
     providers = resolve_providers(tuple(runtime.providers), where=app.config.path)
     cores = os.cpu_count() or 1

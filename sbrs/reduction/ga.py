@@ -100,7 +100,7 @@ def refuse_below_weights(models: Mapping[str, CnnModel], memory_limit: int | Non
     if weights > memory_limit:
         raise InputError(f"memory limit {_mb(memory_limit)} is below the smallest memory reachable: the weights "
                          f"alone take {_mb(weights)} ({weights} bytes), which every band configuration holds",
-                         field="memory_limit")
+                         field="memory_limit_mb")
 
 
 def _scenarios(scenarios: Scenarios) -> dict[str, CnnModel]:
@@ -606,7 +606,7 @@ def reduce_buffers(scenarios: Scenarios, *, memory_limit: int | None = None,
     if unknown:
         raise InputError(f"min_fps names unknown scenario(s) {', '.join(unknown)}", field="min_fps")
     if memory_limit is not None and memory_limit < 0:
-        raise InputError(f"memory limit must be >= 0 bytes, got {memory_limit}", field="memory_limit")
+        raise InputError(f"memory limit must be >= 0 bytes, got {memory_limit}", field="memory_limit_mb")
     if params.population < 2 or params.generations < 0:
         raise InputError("GA needs a population of at least 2 and generations >= 0", field="ga")
     refuse_below_weights(models, memory_limit)
@@ -639,7 +639,7 @@ def reduce_buffers(scenarios: Scenarios, *, memory_limit: int | None = None,
         if memory_limit is not None and unreduced.memory_bytes > memory_limit:
             raise InputError(f"memory limit {_mb(memory_limit)} is below the smallest memory reachable: "
                              f"{_mb(unreduced.memory_bytes)} (no layer can be processed by parts)",
-                             field="memory_limit")
+                             field="memory_limit_mb")
         return result(whole, unreduced, [unreduced], True, 0)  # lines 4-5
 
     fitness = type("ReductionFitness", (base.Fitness,), {"weights": (-1.0,) + (1.0,) * len(names)})
@@ -694,7 +694,7 @@ def reduce_buffers(scenarios: Scenarios, *, memory_limit: int | None = None,
         raise InputError(f"memory limit {_mb(memory_limit)} is below the smallest memory any band configuration "
                          f"reached: {_mb(lowest)} ({lowest} bytes: parameters {_mb(best.params_bytes)}"
                          f" + buffers {_mb(best.arena_bytes)})",
-                         field="memory_limit")
+                         field="memory_limit_mb")
     front = _front(evaluated, names, fitness)
     gain = streams_gain(streams)
     if streams > 1 and gain > 1:  # the same configurations as band streams: the front of each stream count, so

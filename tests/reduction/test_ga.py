@@ -114,7 +114,7 @@ def test_memory_limit_below_the_weights_is_refused_before_the_search(monkeypatch
     with pytest.raises(InputError) as info:
         reduce_buffers(scenarios(), memory_limit=weights - 1, params=GaParams(population=6, generations=1))
     message = str(info.value)
-    assert "\n" not in message and message.startswith("memory_limit: memory limit ")
+    assert "\n" not in message and message.startswith("memory_limit_mb: memory limit ")
     assert f"the weights alone take {weights / 1e6:.6g} MB ({weights} bytes)" in message
 
 
@@ -123,7 +123,7 @@ def test_memory_limit_below_every_configuration_is_an_input_error() -> None:
     with pytest.raises(InputError) as info:
         reduce_buffers(scenarios(), memory_limit=limit, params=GaParams(population=6, generations=1))
     message = str(info.value)
-    assert "\n" not in message and message.startswith(f"memory_limit: memory limit {limit / 1e6:.6g} MB is below")
+    assert "\n" not in message and message.startswith(f"memory_limit_mb: memory limit {limit / 1e6:.6g} MB is below")
     smallest = int(message.split("reached: ")[1].split("(")[1].split(" bytes")[0])
     assert smallest > limit
     # that figure is reachable: asking for exactly it succeeds
