@@ -508,6 +508,7 @@ class Runtime:
         index = 0
         try:
             while True:
+                runner.settle_before_waiting()  # the caller's next frame may take a while (a camera's, a stream's)
                 arrays = lookahead.take()
                 if arrays is None:
                     return

@@ -203,6 +203,16 @@ class FrameRunner:
         self._unsettled.append((new, end - begin, request, record))
         return FrameResult(index, new, outputs, end - begin, record, self.postprocessors)
 
+    def settle_before_waiting(self) -> None:
+        """``settle`` where results went out and no switch request waits, before a frame loop waits for its
+        caller's next frame or a stream's result: a camera's next frame comes a frame period later, a stream being
+        reopened's seconds later, and until then the metrics and ``frame_done`` observers lagged the outputs by a
+        frame (the active scenario's gauge said the old one for the whole stall). Takes the lock."""
+        if self._unsettled and self.node.pending is None:
+            with self.lock:
+                if self.node.pending is None:
+                    self.settle()
+
     def settle(self) -> None:
         """The bookkeeping of frames whose results went out (observers' ``frame_done``, the control node's end
         of a switch), done after the caller has them so that Δ does not include it. The caller holds the lock;

@@ -565,6 +565,8 @@ def process_in_streams(runner: FrameRunner, streams: Streams, frames: Iterable[F
                 if feeder.error is not None:
                     raise feeder.error
                 return
+            if done.empty():
+                runner.settle_before_waiting()  # the streams may wait for the source (a camera's next frame)
             receive()
     finally:
         feeder.stop()

@@ -897,3 +897,47 @@ def test_close_releases_every_session_while_the_runtime_is_still_referenced(
     assert [ref() for ref in alive] == [None] * len(alive)
     with pytest.raises(SbrsRuntimeError, match="closed"):
         runtime.infer(frame)
+
+
+@pytest.mark.parametrize("streams", [1, 2])
+def test_a_frame_is_counted_before_the_loop_waits_for_the_next(load_example: Callable[[str], App],
+                                                               streams: int) -> None:
+    """The frames' bookkeeping (observers' ``frame_done``: the metrics, ``sbrs status``) ran when the next frame
+    started: a camera's a frame period later, a stream being reopened's seconds later, and until then the metrics
+    lagged the outputs by a frame. It runs before the loop waits for the caller's next frame."""
+    from dataclasses import replace
+
+    from sbrs.runtime.events import Observers
+
+    class Counting:
+        def __init__(self) -> None:
+            self.frames: list[str] = []
+
+        def frame_done(self, scenario: str, seconds: float) -> None:
+            self.frames.append(scenario)
+
+    tiny = load_example("tiny")
+    app = replace(tiny, config=replace(tiny.config, runtime=replace(tiny.config.runtime, streams=streams)))
+    frame = random_frame(app, 2)
+    second_may_come = threading.Event()
+
+    def camera() -> Iterator[np.ndarray]:  # a live source: the second frame comes later
+        yield frame
+        second_may_come.wait(30)
+        yield frame
+
+    counting = Counting()
+    with Runtime.from_app(app, observers=Observers([counting])) as runtime:
+        assert runtime.stream_count == streams
+        results = runtime.process(camera())
+        first = next(results)
+        waiting = threading.Thread(target=lambda: next(results, None))
+        waiting.start()
+        deadline = time.monotonic() + 3
+        while not counting.frames and time.monotonic() < deadline:
+            time.sleep(0.01)
+        counted_while_waiting = list(counting.frames)
+        second_may_come.set()
+        waiting.join(30)
+        results.close()
+    assert first.index == 0 and counted_while_waiting == [first.scenario]
