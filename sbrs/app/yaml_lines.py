@@ -54,8 +54,11 @@ def _convert(node: yaml.Node, path: Path_, lines: dict[Path_, int], file: str) -
     if isinstance(node, yaml.MappingNode):
         result: dict[str, Any] = {}
         for key_node, value_node in node.value:
+            if key_node.tag == MERGE_TAG:
+                raise InputError("merge keys ('<<: *anchor') are not supported: write the keys out", file=file,
+                                 line=key_node.start_mark.line + 1, field=format_path(path) or None)
             key = yaml.safe_load(yaml.serialize(key_node)) if not isinstance(key_node, yaml.ScalarNode) \
-                else _scalar(key_node)
+                else _scalar(key_node, path, file)
             if not isinstance(key, str):
                 raise InputError(f"mapping keys must be strings, got {key!r}", file=file,
                                  line=key_node.start_mark.line + 1, field=format_path(path) or None)
@@ -67,12 +70,27 @@ def _convert(node: yaml.Node, path: Path_, lines: dict[Path_, int], file: str) -
         return result
     if isinstance(node, yaml.SequenceNode):
         return [_convert(item, (*path, index), lines, file) for index, item in enumerate(node.value)]
-    return _scalar(node)
+    return _scalar(node, path, file)
 
 
-def _scalar(node: yaml.ScalarNode) -> Any:
-    return yaml.SafeLoader(yaml.serialize(node)).get_single_data() if node.tag != "tag:yaml.org,2002:str" \
-        else node.value
+STR_TAG = "tag:yaml.org,2002:str"
+NULL_TAG = "tag:yaml.org,2002:null"
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _scalar(node: yaml.ScalarNode, path: Path_, file: str) -> Any:
+    """The value of a scalar as YAML's safe loader makes it; a value that is none of its types (``!!int x``, an
+    unknown ``!tag``) is an ``InputError`` naming the line and field."""
+    if node.tag == STR_TAG:
+        return node.value
+    if node.tag == NULL_TAG:  # also ``key:`` with nothing after it, which serialised alone is no document at all
+        return None
+    try:
+        return yaml.SafeLoader(yaml.serialize(node)).get_single_data()
+    except Exception as exc:  # the constructors raise ValueError, KeyError, ... on a value their tag does not take
+        problem = getattr(exc, "problem", None) or f"{type(exc).__name__}: {exc}"
+        raise InputError(f"invalid YAML value {node.value[:40]!r} for the tag {node.tag}: {problem}", file=file,
+                         line=node.start_mark.line + 1, field=format_path(path) or None) from None
 
 
 MAX_YAML_BYTES = 1 << 20
