@@ -11,6 +11,7 @@ import typing
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
+    AllowInfNan,
     BaseModel,
     ConfigDict,
     Field,
@@ -26,7 +27,9 @@ from pydantic import (
 if TYPE_CHECKING:
     from sbrs.app.yaml_lines import LocatedYaml, Path_
 
-Number = StrictFloat | StrictInt
+#: A finite number: YAML's ``.inf`` passes every bound of the form "> 0" and broke what read it (a declared fps of
+#: ``.inf`` made the policy's min-max normalisation NaN; ``memory_limit_mb: .inf`` an OverflowError in the build)
+Number = Annotated[StrictFloat, AllowInfNan(False)] | StrictInt
 NonNegative = Annotated[Number, Field(ge=0)]
 Weight = Annotated[Number, Field(ge=0, le=1)]
 Name = Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")]

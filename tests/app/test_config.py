@@ -151,6 +151,16 @@ BAD_CASES = [
     ("three streams", lambda d: _edit(d, "transition: sbrs-tp}", "transition: sbrs-tp, streams: 3}"),
      "runtime.streams: Input should be 1, 2 or 'auto'", 11),
     ("negative fps", lambda d: _edit(d, "fps: 15.4", "fps: -1"), "characteristics.fps: Input should be greater than 0", 9),
+    # YAML's .inf passed every "> 0": the policy's scores became NaN, the build an OverflowError, sbrs run's
+    # environment a late error naming no file
+    ("infinite fps", lambda d: _edit(d, "fps: 15.4", "fps: .inf"),
+     "scenarios[0].characteristics.fps: Input should be a finite number (got inf)", 9),
+    ("infinite memory limit", lambda d: _edit(d, "memory_limit_mb: 16", "memory_limit_mb: .inf"),
+     "memory_limit_mb: Input should be a finite number (got inf)", 12),
+    ("infinite sharing threshold", lambda d: _edit(d, "transition: sbrs-tp}", "transition: sbrs-tp, share_min_mb: .inf}"),
+     "runtime.share_min_mb: Input should be a finite number (got inf)", 11),
+    ("infinite min_fps", lambda d: _edit(d, "memory_limit_mb: 16", "memory_limit_mb: 16\nenvironment: {min_fps: .inf}"),
+     "environment.min_fps: Input should be a finite number (got inf)", 13),
     ("missing required key", lambda d: _edit(d, "name: demo\n", ""), "name: required key is missing", None),
     ("invalid YAML", lambda d: _edit(d, "initial: big", "initial: [big"), "invalid YAML", None),
     ("not a mapping", lambda d: (d / "app.yaml").write_text("- just\n- a list\n"), "expected a mapping", None),
