@@ -327,14 +327,16 @@ class Policy:
         """Why ``rule`` is active: the battery is below its level, or has not yet risen past its hysteresis
         (a reason saying 0.18 "is below 0.15" would be false)."""
         if battery is not None and battery < rule.below:
-            return f"battery {battery:g} is below {rule.below:g}"
+            level, below = _apart(battery, rule.below)
+            return f"battery {level} is below {below}"
         release = rule.below + self.config.battery_hysteresis
         return f"battery {battery:g} has not risen above {release:g} since it fell below {rule.below:g} (hysteresis)"
 
     def _temperature_text(self, temperature: float | None, rule: TemperatureRule) -> str:
         """Why ``rule`` is active: the temperature is above its level, or has not yet fallen past its hysteresis."""
         if temperature is not None and temperature > rule.above:
-            return f"temperature {temperature:g} °C is above {rule.above:g}"
+            degrees, above = _apart(temperature, rule.above)
+            return f"temperature {degrees} °C is above {above}"
         release = rule.above - self.config.temperature_hysteresis
         return (f"temperature {temperature:g} °C has not fallen below {release:g} since it rose above {rule.above:g} "
                 "(hysteresis)")
@@ -351,10 +353,12 @@ class Policy:
         """Which constraint of ``env`` scenario ``name`` fails, as text ("" when it meets them all)."""
         problems = []
         if env.min_fps is not None and not self._meets_fps(name, env.min_fps, current, values):
-            problems.append(f"min_fps {env.min_fps:g} not met: fps {_value_text(values[name].get('fps'))}")
+            fps, wanted = _apart(values[name].get("fps"), env.min_fps)
+            problems.append(f"min_fps {wanted} not met: fps {fps}")
         energy = values[name].get("energy_j")
         if env.energy_budget_j is not None and (energy is None or energy > env.energy_budget_j):
-            problems.append(f"energy_budget_j {env.energy_budget_j:g} not met: energy_j {_value_text(energy)}")
+            spent, budget = _apart(energy, env.energy_budget_j)
+            problems.append(f"energy_budget_j {budget} not met: energy_j {spent}")
         return "; ".join(problems)
 
     def _fallback(self, env: Environment, current: str, values: Values, used: dict[str, Any], failing: str,
@@ -368,17 +372,19 @@ class Policy:
                 return Decision(current, f"no scenario meets {what}: no scenario has a known fps; keeping {current}",
                                 False, used)
             best = min(known, key=lambda s: (-values[s]["fps"], values[s].get("energy_j", math.inf), order[s]))
-            closest = f"fastest: {best} at {values[best]['fps']:g} fps"
+            fps, wanted = _apart(values[best]["fps"], env.min_fps)
+            what, closest = f"min_fps {wanted}", f"fastest: {best} at {fps} fps"
         else:
             pool = pool or list(self.scenarios)
             known = [s for s in pool if "energy_j" in values[s]]
-            what = f"energy_budget_j {env.energy_budget_j:g}" + (" with min_fps" if env.min_fps is not None else "")
+            with_fps = " with min_fps" if env.min_fps is not None else ""
             if not known:
                 best = current if current in pool else pool[0]
-                return Decision(best, f"no scenario meets {what}: no candidate has a known energy_j; choosing {best}",
-                                False, used)
+                return Decision(best, f"no scenario meets energy_budget_j {env.energy_budget_j:g}{with_fps}: no "
+                                f"candidate has a known energy_j; choosing {best}", False, used)
             best = min(known, key=lambda s: (values[s]["energy_j"], -values[s].get("fps", 0.0), order[s]))
-            closest = f"most frugal: {best} at {values[best]['energy_j']:g} J"
+            spent, budget = _apart(values[best]["energy_j"], env.energy_budget_j)
+            what, closest = f"energy_budget_j {budget}{with_fps}", f"most frugal: {best} at {spent} J"
         return Decision(best, f"no scenario meets {what} ({closest})", False, used)
 
     @staticmethod
@@ -391,5 +397,13 @@ class Policy:
         return " and ".join(parts)
 
 
-def _value_text(value: float | None) -> str:
-    return "unknown" if value is None else f"{value:g}"
+def _apart(value: float | None, bound: float) -> tuple[str, str]:
+    """``value`` (None: ``unknown``) and the ``bound`` it is compared with, as text with the fewest digits, six
+    or more, that tell them apart: ``:g`` alone made a battery of 0.19999999 read "battery 0.2 is below 0.2"."""
+    if value is None:
+        return "unknown", f"{bound:g}"
+    for digits in range(6, 18):
+        texts = f"{value:.{digits}g}", f"{bound:.{digits}g}"
+        if texts[0] != texts[1]:
+            break
+    return texts
