@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sbrs.app.environment import EnvironmentConfig, check_sources, parse_env_source
 from sbrs.app.settings import (
     DEFAULT_PREPROCESS,
+    TEMPERATURE_RANGE_C,
     UNIT_DEFAULTS_CPU,
     UNIT_DEFAULTS_GPU,
     AppConfig,
@@ -201,6 +202,7 @@ def _resolve_policy(entry: PolicyEntry, names: list[str], initial: RequirementSe
             raise doc.error(("policy", "battery", index, "below"),
                             f"duplicate threshold {rule.below:g} (first: policy.battery[{seen[rule.below]}])")
         seen[rule.below] = index
+        _check_battery_threshold(rule.below, float(entry.hysteresis.battery), doc, index)
     for index, name in enumerate(entry.high_power):
         if name not in names:
             raise doc.error(("policy", "high_power", index), f"unknown scenario '{name}' ({known})")
@@ -215,6 +217,7 @@ def _resolve_policy(entry: PolicyEntry, names: list[str], initial: RequirementSe
             raise doc.error(("policy", "temperature", index, "above"), f"duplicate threshold {hot_rule.above:g} "
                             f"(first: policy.temperature[{hot[hot_rule.above]}])")
         hot[hot_rule.above] = index
+        _check_temperature_threshold(hot_rule.above, float(entry.hysteresis.temperature), doc, index)
     rules = sorted((BatteryRule(float(rule.below), rule.scenario,
                                 None if rule.requirements is None else _requirement_set(rule.requirements))
                     for rule in entry.battery), key=lambda rule: rule.below)
@@ -226,6 +229,33 @@ def _resolve_policy(entry: PolicyEntry, names: list[str], initial: RequirementSe
                         fps_hysteresis=float(entry.hysteresis.fps), high_power=tuple(entry.high_power),
                         default_requirements=default, temperature=tuple(hot_rules),
                         temperature_hysteresis=float(entry.hysteresis.temperature))
+
+
+def _check_battery_threshold(below: float, hysteresis: float, doc: LocatedYaml, index: int) -> None:
+    """A ``policy.battery`` threshold that a battery level in [0, 1] makes active (below it) and releases (above it
+    plus ``hysteresis``): at 0 it would be accepted and never act; released only above 1, a battery charged full
+    again would keep its rule for ever."""
+    field = ("policy", "battery", index, "below")
+    if below <= 0.0:
+        raise doc.error(field, f"a battery level is never below {below:g}: this threshold would never be active")
+    if below + hysteresis >= 1.0:
+        raise doc.error(field, f"released only above {below + hysteresis:g} (below + policy.hysteresis.battery "
+                               f"{hysteresis:g}), which a battery level (at most 1) never is: lower the threshold "
+                               "or the hysteresis")
+
+
+def _check_temperature_threshold(above: float, hysteresis: float, doc: LocatedYaml, index: int) -> None:
+    """A ``policy.temperature`` threshold that a temperature in ``TEMPERATURE_RANGE_C`` makes active (above it) and
+    releases (below it minus ``hysteresis``), as ``_check_battery_threshold`` for the battery."""
+    low, high = TEMPERATURE_RANGE_C
+    field = ("policy", "temperature", index, "above")
+    if above >= high:
+        raise doc.error(field, f"a temperature is never above {above:g} °C (at most {high:g}): this threshold would "
+                               "never be active")
+    if above - hysteresis <= low:
+        raise doc.error(field, f"released only below {above - hysteresis:g} °C (above − policy.hysteresis.temperature "
+                               f"{hysteresis:g}), which a temperature (at least {low:g}) never is: raise the "
+                               "threshold or lower the hysteresis")
 
 
 def _resolve_environment(entry: EnvironmentEntry, doc: LocatedYaml) -> EnvironmentConfig:

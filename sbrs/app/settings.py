@@ -209,6 +209,10 @@ class BatteryRule:
     requirements: RequirementSet | None = None
 
 
+#: What a temperature may be, in °C (an environment value, a ``policy.temperature`` threshold).
+TEMPERATURE_RANGE_C: tuple[float, float] = (-273.15, 1000.0)
+
+
 @dataclass(frozen=True)
 class TemperatureRule:
     """``policy.temperature[i]``: above ``above`` °C force ``scenario``, or rank by ``requirements``."""

@@ -54,14 +54,20 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from sbrs.app.settings import AppConfig, BatteryRule, PolicyConfig, RequirementSet, TemperatureRule
+from sbrs.app.settings import (
+    TEMPERATURE_RANGE_C,
+    AppConfig,
+    BatteryRule,
+    PolicyConfig,
+    RequirementSet,
+    TemperatureRule,
+)
 from sbrs.errors import InputError
 
 CHARACTERISTICS: tuple[str, ...] = ("accuracy", "fps", "memory_mb", "energy_j")
 ENVIRONMENT_FIELDS: tuple[str, ...] = ("battery", "min_fps", "energy_budget_j", "requirements", "temperature")
 REQUIREMENT_FIELDS: tuple[str, ...] = ("accuracy", "throughput", "memory", "energy")
 TIE_DIGITS = 9  # scores equal to this many decimals tie
-TEMPERATURE_RANGE_C: tuple[float, float] = (-273.15, 1000.0)  # what a temperature may be, in °C
 
 MeasuredValues = Mapping[str, Mapping[str, float]]
 """Measured characteristics by scenario, e.g. ``{"fast": {"fps": 61.2, "memory_mb": 40.1}}``."""

@@ -66,6 +66,20 @@ BAD = [
      "app.yaml:13: policy.battery[0].below: Input should be less than or equal to 1"),
     ("threshold below 0", "policy:\n  battery: [{below: -0.1, scenario: frugal}]\n",
      "policy.battery[0].below: Input should be greater than or equal to 0"),
+    # thresholds the value can never cross were accepted and then never acted, or never released their rule
+    ("threshold at 0", "policy:\n  battery: [{below: 0, scenario: frugal}]\n",
+     "app.yaml:13: policy.battery[0].below: a battery level is never below 0: this threshold would never be active"),
+    ("threshold released above a full battery", "policy:\n  battery: [{below: 0.96, scenario: frugal}]\n",
+     "app.yaml:13: policy.battery[0].below: released only above 1.01 (below + policy.hysteresis.battery 0.05)"),
+    ("hysteresis releasing above a full battery",
+     "policy:\n  battery: [{below: 0.2, scenario: frugal}, {below: 0.5, scenario: frugal}]\n"
+     "  hysteresis: {battery: 0.5}\n",
+     "app.yaml:13: policy.battery[1].below: released only above 1 (below + policy.hysteresis.battery 0.5)"),
+    ("temperature threshold at the top of the range", "policy:\n  temperature: [{above: 1000, scenario: frugal}]\n",
+     "app.yaml:13: policy.temperature[0].above: a temperature is never above 1000 °C"),
+    ("temperature threshold released below absolute zero",
+     "policy:\n  temperature: [{above: -270, scenario: frugal}]\n",
+     "app.yaml:13: policy.temperature[0].above: released only below -275 °C"),
     ("threshold not a number", "policy:\n  battery: [{below: low, scenario: frugal}]\n",
      "app.yaml:13: policy.battery[0].below"),  # (the union member is named too: .float)
     ("duplicate thresholds",
