@@ -321,7 +321,8 @@ class ControlNode:
                 self.pending = None
                 if self._interrupt is not None:
                     self._interrupt(False)
-            self._fsm.trigger("switch_done")
+            if self._fsm.state == "switching":  # (not once ``shutdown`` ran: a frame may settle after ``close``)
+                self._fsm.trigger("switch_done")
         self.observers.switch_done(record.old, request.scenario, delay)
 
     def abandon(self, request: SwitchRequest) -> None:

@@ -633,12 +633,14 @@ class Runtime:
             if runner.worker is not None:
                 runner.worker.shutdown(wait=True)
                 runner.worker = None
-            runner.bound.release()
-            runner.new_bound.release()  # a transition's new frame: the same sessions bound to the shadow slots
+            if self._streams is None:  # (else they are stream 0's, which a stream's frame uses without this lock)
+                runner.bound.release()
+            if runner.new_bound is not runner.bound:  # a transition's new frame: the sessions bound to the shadow slots
+                runner.new_bound.release()
             self._sessions.clear()
             self._switch_sessions.clear()
-        if self._streams is not None:  # after the runner's lock: a stream's frame never waits for it while it runs
-            self._streams.release()
+        if self._streams is not None:  # after the runner's lock: a stream's frame never waits for it while it runs;
+            self._streams.release()  # stream 0's bindings too, under its lock: a frame on it may run now
         self.node.halt()
 
     def __enter__(self) -> Runtime:

@@ -153,12 +153,16 @@ class Streams:
         self._solo_claimed = False  # a worker runs (or ran) that switch's frame
         self._solo_free = threading.Event()  # clear from such a stop until the switch's frame ran
         self._solo_free.set()
+        #: Per stream, whether ``release`` dropped its bindings (written and read under the stream's lock).
+        self._released = [False] * count
 
     def release(self) -> None:
-        """Drop every stream's bindings (``Runtime.close``), each under its stream's lock: a frame running on it
-        ends first. The caller's feeder takes no frame once the runtime is closed."""
+        """Drop every stream's bindings (``Runtime.close``; stream 0's are the runtime's own), each under its stream's
+        lock: a frame running on it ends first, and one taken before the close that runs after it raises
+        ``SbrsRuntimeError`` in its turn (``_run``). The caller's feeder takes no frame once the runtime is closed."""
         for stream, lock in enumerate(self.locks):
             with lock:
+                self._released[stream] = True
                 self.bounds[stream].release()
                 if self.both_cores is not None:
                     self.both_cores[stream].release()
@@ -255,6 +259,8 @@ class Streams:
         bound = self.both_cores[stream] if on_both_cores and self.both_cores is not None else self.bounds[stream]
         stopped = False
         with self.locks[stream]:
+            if self._released[stream]:  # a frame taken before ``Runtime.close`` and run after it
+                raise SbrsRuntimeError("the runtime is closed")
             begin = time.perf_counter()
             if frame is not None:
                 with self._stop_lock:
