@@ -197,6 +197,11 @@ class ControlNode:
         return self._executing[-1] if self._executing else None
 
     @property
+    def under_way(self) -> tuple[SwitchRequest, ...]:
+        """The requests whose switches are under way (taken, not yet settled or abandoned); a snapshot."""
+        return tuple(self._executing)
+
+    @property
     def target(self) -> str:
         """The scenario the next frame not yet started will run on."""
         pending = self.pending

@@ -469,7 +469,12 @@ class Runtime:
         runner = self.runner
         arrays = runner.checked_frame(frame)
         with runner.lock, self._frame_lock:
-            result = self._execute(arrays, 0, None, mode="naive")
+            under_way = self.node.under_way
+            try:
+                result = self._execute(arrays, 0, None, mode="naive")
+            except BaseException:
+                runner.abandon_failed(under_way)
+                raise
             runner.settle()
         assert isinstance(result, FrameResult)  # no look-ahead, no transition
         return result.outputs
@@ -513,22 +518,28 @@ class Runtime:
                 if arrays is None:
                     return
                 with runner.lock:
-                    outcome = self._execute(arrays, index, lookahead, mode=mode or self.node.mode, inject=inject)
-                    # Two frames at once (a switch): while one result is with the caller, the other frame's rest
-                    # or outputs are still in the arena, so both are yielded under the lock.
-                    if type(outcome) is tuple:  # ``new_first``: the new frame ran, the old one awaits copy-out
-                        new_result, old_frame = outcome
-                        if order == "completion":
-                            try:
+                    under_way = self.node.under_way
+                    try:
+                        outcome = self._execute(arrays, index, lookahead, mode=mode or self.node.mode,
+                                                inject=inject)
+                        # Two frames at once (a switch): while one result is with the caller, the other frame's
+                        # rest or outputs are still in the arena, so both are yielded under the lock.
+                        if type(outcome) is tuple:  # ``new_first``: the new frame ran, the old one awaits copy-out
+                            new_result, old_frame = outcome
+                            if order == "completion":
+                                try:
+                                    yield new_result
+                                finally:  # also when the caller stops here: the old frame is counted
+                                    old_result = runner.old_frame_result(*old_frame)
+                                yield old_result
+                            else:
+                                yield runner.old_frame_result(*old_frame)
                                 yield new_result
-                            finally:  # also when the caller stops here: the old frame is counted
-                                old_result = runner.old_frame_result(*old_frame)
-                            yield old_result
-                        else:
-                            yield runner.old_frame_result(*old_frame)
-                            yield new_result
-                    elif isinstance(outcome, Transition):
-                        yield from outcome.deliver(order)
+                        elif isinstance(outcome, Transition):
+                            yield from outcome.deliver(order)
+                    except BaseException:  # (a caller that stops at a result leaves no request without one)
+                        runner.abandon_failed(under_way)
+                        raise
                 inject = None
                 if type(outcome) is FrameResult:
                     index += 1

@@ -213,6 +213,17 @@ class FrameRunner:
                 if self.node.pending is None:
                     self.settle()
 
+    def abandon_failed(self, before: tuple[SwitchRequest, ...]) -> None:
+        """A frame failed (an error of ONNX Runtime, a ``KeyboardInterrupt`` on the caller's thread, ...): the switch
+        requests it took that have no result (none of ``before``, the requests under way when it started, and
+        none recorded for the caller) end without an output (``ControlNode.abandon``); else the node would show
+        the switch under way for good, ``switching`` ever after. The caller holds the lock, so no other frame took
+        a request meanwhile."""
+        recorded = [request for _, _, request, _ in self._unsettled]
+        for request in self.node.under_way:
+            if request not in before and request not in recorded:
+                self.node.abandon(request)
+
     def settle(self) -> None:
         """The bookkeeping of frames whose results went out (observers' ``frame_done``, the control node's end
         of a switch), done after the caller has them so that Δ does not include it. The caller holds the lock;

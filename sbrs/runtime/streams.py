@@ -341,6 +341,8 @@ class _Feeder:
         self.stopped = False
         self.error: BaseException | None = None  # the malformed frame's (or the source's) error, raised in turn
         self.source_lock = threading.Lock()  # one worker at a time takes from the source, in stream order
+        #: the switch requests frames taken took whose results were not yet recorded (``process_in_streams``)
+        self.requests: list[SwitchRequest] = []
 
     def take(self, *, wait: bool = True, lent: bool = False) -> _Taken | None:
         """The next frame for the worker asking, or None when there is none to take (the frames ended, one was bad, or
@@ -376,6 +378,8 @@ class _Feeder:
                         self.error = SbrsRuntimeError("the runtime is closed")
                         return None
                     previous, request, scenario = runner.take_request()
+                    if request is not None:
+                        self.requests.append(request)
                 index = self.next_index
                 taken = _Taken(index, scenario, request, previous, arrays, lent=lent)
                 self.scenarios[index] = scenario
@@ -532,8 +536,11 @@ def process_in_streams(runner: FrameRunner, streams: Streams, frames: Iterable[F
             raise taken.computed
         outputs, begin, end = taken.computed  # type: ignore[misc]
         with runner.lock:
-            return runner.frame_result(taken.scenario, taken.index, outputs, begin, end, taken.request,
+            result = runner.frame_result(taken.scenario, taken.index, outputs, begin, end, taken.request,
                                          taken.previous)
+        if taken.request is not None:  # recorded with its result (``feeder.requests`` stays short)
+            feeder.requests.remove(taken.request)
+        return result
 
     try:
         while True:
@@ -583,3 +590,9 @@ def process_in_streams(runner: FrameRunner, streams: Streams, frames: Iterable[F
                 result_of(taken)
         with runner.lock:
             runner.settle()
+            # a request taken by a frame with no result (it failed, or the caller's thread was interrupted between
+            # taking it and its result) ends without one: else the node shows its switch under way for good
+            under_way = runner.node.under_way
+            for request in feeder.requests:
+                if request in under_way:
+                    runner.node.abandon(request)

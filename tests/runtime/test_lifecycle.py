@@ -91,3 +91,70 @@ def test_a_result_settled_after_close_raises_nothing(load_example: Callable[[str
     runtime.close()
     results.close()  # its bookkeeping runs now, after close
     assert runtime.node.state == "stopped" and runtime.node.switches == 1
+
+
+def failing_once(tables: list[dict[str, tuple[Callable[[], object], ...]]], scenario: str,
+                 error: BaseException) -> None:
+    """``scenario``'s first call in ``tables`` (each stream's calls) raises ``error`` the first time one of them runs
+    (as ONNX Runtime's failure, or a ``KeyboardInterrupt`` on the caller's thread, would)."""
+    failed = threading.Event()
+    for calls in tables:
+        def first_call(call: Callable[[], object] = calls[scenario][0]) -> object:
+            if not failed.is_set():
+                failed.set()
+                raise error
+            return call()
+
+        calls[scenario] = (first_call, *calls[scenario][1:])
+
+
+def assert_no_switch_under_way(runtime: Runtime) -> None:
+    status = runtime.status()
+    assert (status["state"], status["switching_to"]) == ("running", None), status
+
+
+@pytest.mark.parametrize("entry", ["infer", "process"])
+@pytest.mark.parametrize("error", [RuntimeError("ONNX Runtime failed"), KeyboardInterrupt()],
+                         ids=["error", "interrupt"])
+def test_a_frame_that_fails_after_taking_a_request_ends_its_switch(load_example: Callable[[str], App], entry: str,
+                                                                   error: BaseException) -> None:
+    """The first frame of a switch fails: the error reaches the caller and the switch ends without an output. It used
+    to stay under way for good: ``status`` said ``switching`` to it ever after, through later switches too."""
+    app = load_example("tiny")
+    refs = References(app)
+    frames = [random_frame(app, 50 + k) for k in range(4)]
+    with Runtime.from_app(app) as runtime:
+        failing_once([runtime.runner.calls], "skip", error)
+        runtime.switch("skip")
+        with pytest.raises(type(error)):
+            if entry == "infer":
+                runtime.infer(frames[0])
+            else:
+                list(runtime.process(frames))
+        assert_no_switch_under_way(runtime)
+        assert_equivalent(runtime.infer(frames[1]), refs.outputs("skip", frames[1]), "after the failure")
+        runtime.switch("exit")
+        assert [r.scenario for r in runtime.process(frames)] == ["exit"] * len(frames)
+        assert_no_switch_under_way(runtime)
+
+
+@pytest.mark.parametrize("error", [RuntimeError("ONNX Runtime failed"), KeyboardInterrupt()],
+                         ids=["error", "interrupt"])
+def test_a_frame_that_fails_on_a_stream_after_taking_a_request_ends_its_switch(
+        load_example: Callable[[str], App], error: BaseException) -> None:
+    """As on one stream: the error comes in the frame's turn, and the switch it took ends with the call."""
+    app = on_streams(load_example("tiny"))
+    refs = References(app)
+    frames = [random_frame(app, 60 + k) for k in range(6)]
+    with Runtime.from_app(app) as runtime:
+        assert runtime._streams is not None
+        failing_once([bound.calls for bound in runtime._streams.bounds], "skip", error)
+        runtime.switch("skip")
+        with pytest.raises(type(error)):
+            list(runtime.process(generated(frames)))
+        assert_no_switch_under_way(runtime)
+        results = list(runtime.process(generated(frames)))
+        assert sorted(r.index for r in results) == list(range(len(frames)))
+        for result in results:
+            assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]), "after the failure")
+        assert_no_switch_under_way(runtime)
