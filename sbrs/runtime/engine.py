@@ -415,6 +415,7 @@ class Runtime:
             raise InputError(f"unknown reduction '{reduce}' (allowed: median, min)", field="reduce")
         runner = self.runner
         arrays = runner.checked_frame(frame)
+        runner.not_held_here()
         with runner.lock, self._frame_lock:
             if runner.closed:
                 raise SbrsRuntimeError("the runtime is closed")
@@ -468,6 +469,7 @@ class Runtime:
         """
         runner = self.runner
         arrays = runner.checked_frame(frame)
+        runner.not_held_here()
         with runner.lock, self._frame_lock:
             under_way = self.node.under_way
             try:
@@ -489,7 +491,9 @@ class Runtime:
         the caller holds the new scenario's output as early as it exists; the old frame's result follows.
         ``stream`` yields in stream order (the new frame's result waits for the old one).
         While a transition's first result is with the caller, the old frame's rest is still to run: the
-        runtime stays locked (``infer`` from another thread waits) until the caller asks for the next result.
+        runtime stays locked (``infer`` from another thread waits) until the caller asks for the next result; on the
+        caller's own thread ``infer``, ``process`` and ``close`` raise ``SbrsRuntimeError`` then (they would wait
+        for themselves).
         A malformed frame raises ``InputError`` when its turn comes; the frames before it were all yielded.
         """
         if order not in RESULT_ORDERS:  # checked at the call, not at the first result
@@ -513,6 +517,7 @@ class Runtime:
         index = 0
         try:
             while True:
+                runner.not_held_here()
                 runner.settle_before_waiting()  # the caller's next frame may take a while (a camera's, a stream's)
                 arrays = lookahead.take()
                 if arrays is None:
@@ -524,6 +529,8 @@ class Runtime:
                                                 inject=inject)
                         # Two frames at once (a switch): while one result is with the caller, the other frame's
                         # rest or outputs are still in the arena, so both are yielded under the lock.
+                        if type(outcome) is not FrameResult:  # two results, yielded under the lock: a caller's
+                            runner.held_by = threading.get_ident()  # thread waiting for it would wait for itself
                         if type(outcome) is tuple:  # ``new_first``: the new frame ran, the old one awaits copy-out
                             new_result, old_frame = outcome
                             if order == "completion":
@@ -540,6 +547,8 @@ class Runtime:
                     except BaseException:  # (a caller that stops at a result leaves no request without one)
                         runner.abandon_failed(under_way)
                         raise
+                    finally:
+                        runner.held_by = None
                 inject = None
                 if type(outcome) is FrameResult:
                     index += 1
@@ -547,8 +556,9 @@ class Runtime:
                 else:
                     index += 2
         finally:
-            with runner.lock:
-                runner.settle()
+            if runner.held_by != threading.get_ident():  # (else that generator settles when it goes on)
+                with runner.lock:
+                    runner.settle()
 
     # -- the engine -------------------------------------------------------------------------------------
 
@@ -637,8 +647,9 @@ class Runtime:
 
     def close(self) -> None:
         """Release the sessions, bindings and arena; later ``infer`` calls raise ``SbrsRuntimeError``."""
-        self.node.shutdown()
         runner = self.runner
+        runner.not_held_here()
+        self.node.shutdown()
         with runner.lock:
             runner.closed = True
             if runner.worker is not None:

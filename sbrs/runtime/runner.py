@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sbrs.errors import InputError
+from sbrs.errors import InputError, SbrsRuntimeError
 from sbrs.outputs.postprocess import FrameMeta, PostProcessor, value_of
 
 if TYPE_CHECKING:
@@ -108,6 +108,10 @@ class FrameRunner:
         self.new_copy_in: dict[str, Callable[[np.ndarray], None]] = new_bound.copy_in
         self.new_copy_out: dict[str, dict[str, Callable[[], np.ndarray]]] = new_bound.copy_out
         self.lock = threading.Lock()
+        #: The thread holding a switch's first result of a ``process`` generator, which keeps ``lock`` until it is
+        #: asked for its next result (``Runtime.process``); None: none. That thread waiting for ``lock`` would wait
+        #: for itself (``not_held_here``).
+        self.held_by: int | None = None
         self.closed = False
         self.worker: ThreadPoolExecutor | None = None
         self.cancellable = True
@@ -208,10 +212,19 @@ class FrameRunner:
         caller's next frame or a stream's result: a camera's next frame comes a frame period later, a stream being
         reopened's seconds later, and until then the metrics and ``frame_done`` observers lagged the outputs by a
         frame (the active scenario's gauge said the old one for the whole stall). Takes the lock."""
-        if self._unsettled and self.node.pending is None:
-            with self.lock:
+        if self._unsettled and self.node.pending is None and self.held_by != threading.get_ident():
+            with self.lock:  # (not where this thread's own suspended generator holds it: ``not_held_here``)
                 if self.node.pending is None:
                     self.settle()
+
+    def not_held_here(self) -> None:
+        """Raise ``SbrsRuntimeError`` where the calling thread holds a switch's first result of a ``process``
+        generator of this runtime (``held_by``): taking ``lock`` would wait for that generator, which only this
+        thread asks for its next result, for ever. Other threads wait, as documented."""
+        if self.held_by == threading.get_ident():
+            raise SbrsRuntimeError("this thread holds a switch's first result of a process() generator of this "
+                                   "runtime, whose other frame is still to finish: ask that generator for its next "
+                                   "result, or close it, first")
 
     def abandon_failed(self, before: tuple[SwitchRequest, ...]) -> None:
         """A frame failed (an error of ONNX Runtime, a ``KeyboardInterrupt`` on the caller's thread, ...): the switch

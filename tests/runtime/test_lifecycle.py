@@ -158,3 +158,30 @@ def test_a_frame_that_fails_on_a_stream_after_taking_a_request_ends_its_switch(
         for result in results:
             assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]), "after the failure")
         assert_no_switch_under_way(runtime)
+
+
+def test_the_thread_holding_a_switchs_first_result_is_told_not_left_waiting_for_itself(
+        load_example: Callable[[str], App]) -> None:
+    """While a switch's first result is with the caller, the runtime stays locked until the caller asks for the next
+    one (``Runtime.process``). ``infer``, ``close`` or a second ``process`` on that same thread used to wait for that
+    lock for ever; they raise ``SbrsRuntimeError`` saying why, and everything works once the generator went on."""
+    app = load_example("tiny")
+    refs = References(app)
+    frames = [random_frame(app, 70 + k) for k in range(4)]
+    with Runtime.from_app(app) as runtime:
+        results = runtime.process_with_hooks(frames, inject=(1, "skip"))  # the request arrives inside frame 0
+        first = next(results)
+        assert (first.index, first.scenario) == (1, "skip") and first.switch is not None
+        for call in (lambda: runtime.infer(frames[0]), runtime.close, lambda: next(runtime.process(frames))):
+            with pytest.raises(SbrsRuntimeError, match="holds a switch's first result"):
+                call()
+        waiting = threading.Thread(target=runtime.infer, args=(frames[3],))  # another thread waits, as documented
+        waiting.start()
+        rest = list(results)
+        waiting.join(WAIT_S)
+        assert not waiting.is_alive()
+        assert [(r.index, r.scenario) for r in rest] == [(0, "full"), (2, "skip"), (3, "skip")]
+        for result in [first, *rest]:
+            assert_equivalent(result.outputs, refs.outputs(result.scenario, frames[result.index]), f"{result.index}")
+        assert_equivalent(runtime.infer(frames[0]), refs.outputs("skip", frames[0]), "after")
+        assert_no_switch_under_way(runtime)
