@@ -71,8 +71,10 @@ OPTIMIZED_WEIGHTS = "weights.opt.bin"
 
 
 def build_dir(app_path: str | Path) -> Path:
-    """Where the build of ``app_path`` lives: ``APP.build/`` beside ``APP.yaml``."""
-    path = Path(app_path)
+    """Where the build of ``app_path`` lives: ``APP.build/`` beside ``APP.yaml``, the file a symbolic link leads
+    to (the app is loaded from there, ``AppConfig.path``, and is built there: a folder beside the link would never
+    be found)."""
+    path = Path(app_path).resolve()
     return path.with_name(f"{path.stem}.build")
 
 

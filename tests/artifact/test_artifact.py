@@ -107,6 +107,21 @@ def test_run_uses_current_build_and_says_when_it_builds(tmp_path: Path) -> None:
     assert outputs(first.stdout) == outputs(second.stdout)  # same seeded frames, same outputs
 
 
+def test_an_app_file_behind_a_symbolic_link_runs(tmp_path: Path) -> None:
+    """The app is loaded and built beside the file a link leads to; ``sbrs run LINK`` looked beside the link,
+    found no build after building it and stopped with 'the build has no manifest.json' (exit 2), every time."""
+    (tmp_path / "apps").mkdir()
+    target = tmp_path / "apps" / "tiny.yaml"
+    shutil.copy(APPS / "tiny.yaml", target)
+    link = tmp_path / "drone-app.yaml"
+    link.symlink_to(target)
+    first = _sbrs("run", str(link), "--frames", "1", "--no-socket")
+    assert first.returncode == 0, first.stderr
+    assert build_dir(link) == build_dir(target) and (build_dir(target) / MANIFEST).is_file()
+    second = _sbrs("run", str(link), "--frames", "1", "--no-socket")
+    assert second.returncode == 0 and "building" not in second.stderr, second.stderr
+
+
 def _garbage(folder: Path) -> None:
     (folder / MANIFEST).write_bytes(b"\x00\xffnot json")
 
