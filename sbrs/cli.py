@@ -268,9 +268,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, stop: threading.Event) -> int:
-    from sbrs.artifact.child import ensure_build
+    from sbrs.artifact.child import BuildStopped, ensure_build
     from sbrs.artifact.read import config_from_dict, read_manifest
-    from sbrs.run.loop import run_app
+    from sbrs.run.loop import RunSummary, run_app, write_summary
 
     # The command owns its process: OpenCV and its FFmpeg, where a video source loads them, say nothing on
     # stderr but errors (a stream's read timeout is a warning of theirs; sbrs logs what it does about it).
@@ -281,7 +281,13 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
 
         parse_source(args.source)
 
-    folder = ensure_build(args.app, rebuild=args.rebuild)
+    try:
+        folder = ensure_build(args.app, rebuild=args.rebuild, stop=stop)
+    except BuildStopped as stopped:  # ended before its first frame, as a signal while the build loads does
+        logger.info("sbrs run: %s", stopped)
+        if args.summary:
+            write_summary(args.summary, RunSummary(arena_bytes=0, interrupted=True))
+        return 0
     config = config_from_dict(read_manifest(folder, args.app)["config"])
     observers: list[Any] = []
     metrics_server = None

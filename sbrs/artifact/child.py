@@ -22,38 +22,54 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sbrs.artifact.read import MANIFEST, build_dir
 from sbrs.errors import InputError, SbrsError, SbrsRuntimeError
+
+if TYPE_CHECKING:
+    import subprocess
 
 logger = logging.getLogger(__name__)
 
 #: Exception types the child's ``error`` names and the parent raises again (anything else: SbrsRuntimeError).
 ERRORS: dict[str, type[SbrsError]] = {"InputError": InputError, "SbrsRuntimeError": SbrsRuntimeError}
+#: How often a build's watcher looks at ``stop`` (``build_in_child``): how late a signal may end the child.
+STOP_POLL_S = 0.1
+#: How long an ended build may take to remove what it wrote before it is killed.
+KILL_AFTER_S = 10.0
 
 
-def ensure_build(app_path: str | Path, *, rebuild: bool = False) -> Path:
+class BuildStopped(Exception):
+    """``stop`` was set while the child built (``sbrs run`` got a signal): the child was ended and removed what
+    it had written; the next run builds again."""
+
+
+def ensure_build(app_path: str | Path, *, rebuild: bool = False, stop: threading.Event | None = None) -> Path:
     """The app's build folder, built first (in a child process, ``build_in_child``) when there is none yet or
-    ``rebuild`` asks, which is logged (INFO)."""
+    ``rebuild`` asks, which is logged (INFO). ``stop`` set while it builds: ``BuildStopped``."""
     folder = build_dir(app_path)
     if rebuild or not (folder / MANIFEST).exists():
         if not Path(app_path).is_file():  # said before "building" is logged and a child is started for nothing
             raise InputError("is a folder, not an app file" if Path(app_path).is_dir() else "no such file",
                              file=str(Path(app_path).resolve()))
         logger.info("sbrs run: %s %s", "rebuilding" if rebuild else "no build of the app yet; building", folder)
-        build_in_child(app_path)
+        build_in_child(app_path, stop=stop)
     return folder
 
 
-def build_in_child(app_path: str | Path) -> dict[str, Any]:
+def build_in_child(app_path: str | Path, *, stop: threading.Event | None = None) -> dict[str, Any]:
     """Build ``app_path`` in a fresh interpreter (module docstring); its ``BuildResult.to_dict``. The child's
-    log records are logged here as they come; its error is raised here as the same type."""
+    log records are logged here as they come; its error is raised here as the same type. ``stop`` set before
+    the child answers (a signal to ``sbrs run``), or an exception here (Ctrl-C in a library caller), ends the
+    child (SIGTERM: it removes what it wrote) instead of waiting for the whole build; the former raises
+    ``BuildStopped``."""
     import subprocess  # only when building: a run of an existing build (``ensure_build``) starts no process
 
     level = logging.getLogger("sbrs").getEffectiveLevel()
@@ -70,26 +86,61 @@ def build_in_child(app_path: str | Path) -> dict[str, Any]:
         drain = threading.Thread(target=last_words.extend, args=(child.stderr,), name="sbrs-build-stderr",
                                  daemon=True)
         drain.start()
-        for line in child.stdout:
-            try:
-                message = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # not ours (a library printing on stdout)
-            if not isinstance(message, dict):
-                continue
-            if "log" in message:
-                record = message["log"]
-                logging.getLogger(str(record.get("name", "sbrs"))).log(int(record.get("level", logging.INFO)),
-                                                                      "%s", record.get("message", ""))
-            elif "result" in message or "error" in message:
-                answer = message
-        drain.join()
+        watch = None
+        if stop is not None:  # the reading below blocks until the child writes: another thread watches stop
+            watch = threading.Thread(target=_end_when_stopped, args=(child, stop), name="sbrs-build-stop",
+                                     daemon=True)
+            watch.start()
+        try:
+            for line in child.stdout:
+                try:
+                    message = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # not ours (a library printing on stdout)
+                if not isinstance(message, dict):
+                    continue
+                if "log" in message:
+                    record = message["log"]
+                    logging.getLogger(str(record.get("name", "sbrs"))).log(int(record.get("level", logging.INFO)),
+                                                                          "%s", record.get("message", ""))
+                elif "result" in message or "error" in message:
+                    answer = message
+        except BaseException:
+            _end(child)  # Popen's exit waits for it: it must not build on for minutes
+            raise
+        finally:
+            child.wait()
+            drain.join()
+            if watch is not None:
+                watch.join()
     if answer is not None and "result" in answer:
         return dict(answer["result"])
+    if stop is not None and stop.is_set():  # its error, if any, is that it was ended
+        raise BuildStopped(f"stopped by a signal while building {build_dir(app_path)} (a build cut short is "
+                           "removed: the next run builds again)")
     if answer is not None:
         raise _error(answer["error"], app_path)
     lines = [line.strip() for line in last_words if line.strip()] or [f"exit status {child.returncode}"]
     raise SbrsRuntimeError(f"building {app_path} failed: {lines[-1]}")
+
+
+def _end_when_stopped(child: subprocess.Popen[str], stop: threading.Event) -> None:
+    """Until ``child`` exits: once ``stop`` is set, end it (``_end``)."""
+    while child.poll() is None:
+        if stop.wait(STOP_POLL_S):
+            _end(child)
+            return
+
+
+def _end(child: subprocess.Popen[str]) -> None:
+    """SIGTERM, which the child turns into a clean stop; SIGKILL where it is still there ``KILL_AFTER_S`` later."""
+    import subprocess
+
+    child.terminate()
+    try:
+        child.wait(KILL_AFTER_S)
+    except subprocess.TimeoutExpired:  # its temporary folder may stay: hidden, and never read as a build
+        child.kill()
 
 
 def _error(error: Mapping[str, Any], app_path: str | Path) -> SbrsError:
@@ -100,6 +151,20 @@ def _error(error: Mapping[str, Any], app_path: str | Path) -> SbrsError:
     if kind is not None:
         return kind(str(error.get("message")))
     return SbrsRuntimeError(f"building {app_path} failed: {error.get('message')}")
+
+
+#: Signals that end a build cleanly in the child (``_unwind_once``): SIGTERM from ``build_in_child``, and those a
+#: terminal sends the whole process group (Ctrl-C, a hangup).
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _unwind_once(signum: int, frame: Any) -> None:
+    """The first stop signal unwinds the build as Ctrl-C does: ``compile_app`` and the cache remove what they
+    had half written on the way out. Later ones (Ctrl-C reaches the child, then the parent's SIGTERM) are
+    ignored, or they would cut that removal short and leave a temporary build folder behind."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    raise KeyboardInterrupt
 
 
 class _JsonLines(logging.Handler):
@@ -127,6 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     root.addHandler(_JsonLines())
     root.setLevel(args.level)
     root.propagate = False
+    for sig in STOP_SIGNALS:  # the parent ending the build (SIGTERM), Ctrl-C, or the terminal hanging up
+        signal.signal(sig, _unwind_once)
     try:
         from sbrs.artifact.build import build_app
 
@@ -141,6 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "detail": getattr(error, "detail", str(error)), "file": getattr(error, "file", None),
                            "line": getattr(error, "line", None), "field": getattr(error, "field", None)}})
         return error.exit_code
+    except KeyboardInterrupt:  # ended by the parent or Ctrl-C: what was written is gone, the parent knows why
+        return 130
     except Exception as error:
         _answer({"error": {"kind": "internal", "message": f"{type(error).__name__}: {' '.join(str(error).split())}"}})
         return 1

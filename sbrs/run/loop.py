@@ -488,6 +488,11 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
     summary.source = frame_source.stats()
     logger.info("%s", summary.to_text())
     if summary_path:
-        with open(summary_path, "w", encoding="utf-8") as summary_stream:
-            summary_stream.write(json.dumps(summary.to_dict(), allow_nan=False) + "\n")
+        write_summary(summary_path, summary)
     return 0
+
+
+def write_summary(path: str, summary: RunSummary) -> None:
+    """``--summary FILE``: the run's summary as one JSON object."""
+    with open(path, "w", encoding="utf-8") as stream:
+        stream.write(json.dumps(summary.to_dict(), allow_nan=False) + "\n")

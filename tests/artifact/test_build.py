@@ -151,3 +151,73 @@ def test_a_childs_log_records_come_back_as_they_are(tmp_path: Path, caplog: pyte
     caplog.set_level(logging.WARNING, logger="sbrs")
     build_in_child(app_path)
     assert [record for record in caplog.records if record.name.startswith("sbrs")] == []
+
+
+def test_a_stop_ends_the_childs_build_and_keeps_nothing(tmp_path: Path) -> None:
+    """``stop`` set while the child builds (a signal to ``sbrs run``) ends the child at once, instead of waiting
+    for the whole build; nothing it wrote is left, not even its temporary folder."""
+    import threading
+
+    from sbrs.artifact.child import BuildStopped
+
+    app_path = copy_app(tmp_path, REPO / "apps" / "tiny.yaml")
+    stop = threading.Event()
+
+    class StopOnFirstRecord(logging.Handler):  # the child is importing the app's models: mid-build
+        def emit(self, record: logging.LogRecord) -> None:
+            stop.set()
+
+    root = logging.getLogger("sbrs")
+    handler, level = StopOnFirstRecord(), root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        with pytest.raises(BuildStopped, match="stopped by a signal while building"):
+            build_in_child(app_path, stop=stop)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+    assert stop.is_set()
+    assert sorted(path.name for path in tmp_path.iterdir() if "build" in path.name) == []
+
+
+@pytest.mark.parametrize("signals", [("SIGINT",), ("SIGTERM",), ("SIGINT", "SIGTERM")],
+                         ids=["Ctrl-C to the group", "SIGTERM", "Ctrl-C then SIGTERM"])
+def test_a_signal_while_sbrs_run_builds_stops_it(signals: tuple[str, ...], tmp_path: Path) -> None:
+    """Ctrl-C while ``sbrs run`` built (the terminal signals the child too) said 'building ... failed:
+    KeyboardInterrupt', exit 1, no summary; SIGTERM waited for the whole build and the models to load. Both now
+    end the child, write the summary and exit 0, the app left without a build (the next run builds it)."""
+    import os
+    import signal
+    import time
+
+    app_path = copy_app(tmp_path, REPO / "apps" / "tiny.yaml")
+    summary = tmp_path / "summary.json"
+    process = subprocess.Popen([sys.executable, "-m", "sbrs.cli", "run", str(app_path), "--no-socket", "--summary",
+                                str(summary)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        assert process.stderr is not None
+        assert "building" in process.stderr.readline()
+        children = Path(f"/proc/{process.pid}/task/{process.pid}/children")
+        deadline = time.monotonic() + 30
+        while not children.read_text().split():  # the child started: it is importing, far from done
+            assert time.monotonic() < deadline, "no build child started"
+            time.sleep(0.01)
+        for name in signals:
+            sig = getattr(signal, name)
+            if sig == signal.SIGINT:
+                os.killpg(process.pid, sig)  # as a terminal's Ctrl-C: the whole process group
+            else:
+                process.send_signal(sig)
+        err = process.stderr.read()
+        assert process.wait(timeout=60) == 0, err
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert "stopped by a signal while building" in err and "Traceback" not in err, err
+    assert json.loads(summary.read_text())["interrupted"] is True
+    assert sorted(path.name for path in tmp_path.iterdir() if "build" in path.name) == []
+    left = subprocess.run(["pgrep", "-g", str(process.pid)], capture_output=True, text=True, check=False).stdout
+    assert left == "", f"processes left in the run's group: {left}"
