@@ -334,6 +334,8 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
 
     if frames is not None and frames < 0:
         raise InputError(f"{frames}: expected a number >= 0", field="--frames")
+    if output is None and sys.stdout is None:  # started with stdout closed (`>&-`): Python made it None
+        raise InputError("stdout is closed: give --output FILE for the JSON lines", field="--output")
     if no_socket and listen is not None:
         raise InputError("--listen serves the control protocol on TCP, --no-socket serves none: choose one",
                          field="--listen")
@@ -438,7 +440,13 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
         if saver is not None:
             saver.save(record.index, record.scenario, record.outputs,
                        detections=value if isinstance(value, Detections) else None)
-        line = writer(record)
+        try:
+            line = writer(record)
+        except BrokenPipeError:  # the reader left (`sbrs run | head`): the CLI ends quietly
+            raise
+        except OSError as exc:  # a full disk, a file system gone: one line, not an internal error
+            raise InputError(f"{output or 'stdout'}: cannot write ({exc.strerror or exc})",
+                             field="--output" if output else None) from None
         if "error" in line:
             postprocess_errors += 1
             logger.error("sbrs run: %s", line["error"])
@@ -481,7 +489,8 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
             with contextlib.suppress(Exception):  # closed above unless the run failed, whose error goes on
                 viewer.close()
         if stream is not sys.stdout:
-            stream.close()
+            with contextlib.suppress(OSError):  # every line was flushed: only a line that failed is left to fail
+                stream.close()
     summary.postprocess_errors = postprocess_errors
     if sensors is not None:
         summary.sensors = sensors.summary()
@@ -493,6 +502,12 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
 
 
 def write_summary(path: str, summary: RunSummary) -> None:
-    """``--summary FILE``: the run's summary as one JSON object."""
-    with open(path, "w", encoding="utf-8") as stream:
-        stream.write(json.dumps(summary.to_dict(), allow_nan=False) + "\n")
+    """``--summary FILE``: the run's summary as one JSON object; a file that cannot be written (a full disk) is a
+    one-line ``InputError`` naming it."""
+    from sbrs.errors import InputError
+
+    try:
+        with open(path, "w", encoding="utf-8") as stream:
+            stream.write(json.dumps(summary.to_dict(), allow_nan=False) + "\n")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write ({exc.strerror or exc})", field="--summary") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -104,3 +105,38 @@ def test_run_prints_the_tcp_address_it_listens_on(capsys: pytest.CaptureFixture[
     assert "control protocol on tcp 127.0.0.1:" in err
     port = int(err.split("control protocol on tcp 127.0.0.1:")[1].split()[0])
     assert 0 < port < 65536
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a device whose writes fail: full)")
+@pytest.mark.parametrize("where", ["--output", "--summary", "stdout"])
+def test_a_full_disk_under_the_results_is_one_line(where: str, tiny_built: None,
+                                                   capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--output /dev/full`, stdout on a full disk and `--summary /dev/full` were 'internal error: OSError: [Errno
+    28] No space left on device', naming no file (the failed line's second flush, at close, hid the first)."""
+    command = ["run", TINY, "--frames", "3", "--no-socket"]
+    if where == "stdout":
+        full = open("/dev/full", "w", encoding="utf-8")  # noqa: SIM115 (closed below)
+        monkeypatch.setattr(sys, "stdout", full)
+    else:
+        command += [where, "/dev/full"]
+    try:
+        assert main(command) == 2
+    finally:
+        if where == "stdout":
+            monkeypatch.undo()
+            with contextlib.suppress(OSError):
+                full.close()
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err.startswith(f"sbrs: error: {'' if where == 'stdout' else where + ': '}"), err
+    assert "No space left on device" in err and "internal error" not in err, err
+
+
+def test_a_closed_stdout_is_one_line_before_the_models_load(tiny_built: None, capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sbrs run APP >&-` (Python makes sys.stdout None) was 'internal error: AttributeError: 'NoneType' object
+    has no attribute 'write'', after the models loaded."""
+    monkeypatch.setattr(sys, "stdout", None)
+    assert main(["run", TINY, "--frames", "1", "--no-socket"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--output: stdout is closed" in err, err
