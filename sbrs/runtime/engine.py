@@ -70,7 +70,7 @@ from sbrs.runtime.control_node import ControlNode, SwitchRequest
 from sbrs.runtime.device import ArenaMemory, device_of
 from sbrs.runtime.events import Observers, RunObserver
 from sbrs.runtime.program import Program, app_program, build_program, models_program, runtime_options
-from sbrs.runtime.runner import Frame, FrameResult, FrameRunner, OldFrame
+from sbrs.runtime.runner import Frame, FrameResult, FrameRunner, OldFrame, frames_never_wait
 from sbrs.runtime.switching import (
     TERMINATED,
     Lookahead,
@@ -513,12 +513,14 @@ class Runtime:
 
             yield from process_in_streams(runner, self._streams, frames, order)
             return
+        may_wait = not frames_never_wait(frames)
         lookahead = Lookahead(iter(frames), runner.checked_frame)
         index = 0
         try:
             while True:
                 runner.not_held_here()
-                runner.settle_before_waiting()  # the caller's next frame may take a while (a camera's, a stream's)
+                if may_wait:  # the caller's next frame may take a while (a camera's, a stream's)
+                    runner.settle_before_waiting()
                 arrays = lookahead.take()
                 if arrays is None:
                     return

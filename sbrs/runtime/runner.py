@@ -12,9 +12,10 @@ them reaches into another's state.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,14 @@ MAX_UNSETTLED = 8
 
 #: ``FrameResult._value`` before its first read.
 _NOT_COMPUTED: Any = object()
+
+
+def frames_never_wait(frames: Iterable[Frame]) -> bool:
+    """Whether taking the next of ``frames`` returns at once, never waiting for the world: frames held in memory (a
+    list, a tuple, ``itertools.repeat``) or a source that does not deliver them at its own pace (``live`` false, as
+    ``sbrs.run.sources.FrameSource`` has it for files, folders and synthetic frames). Anything else (a generator, a
+    camera) may wait, and is taken as such."""
+    return isinstance(frames, (list, tuple, itertools.repeat)) or getattr(frames, "live", None) is False
 
 
 @dataclass(slots=True)  # not frozen: it is built on the switch's critical path, and frozen costs 3x

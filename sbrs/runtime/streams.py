@@ -26,7 +26,6 @@ one-stream loop. ``infer`` runs on stream 0 and waits for its frame in flight.
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -40,6 +39,7 @@ import onnxruntime as ort
 from sbrs.errors import SbrsRuntimeError
 from sbrs.runtime.binding import Bound
 from sbrs.runtime.device import ArenaMemory
+from sbrs.runtime.runner import frames_never_wait
 from sbrs.runtime.switching import TERMINATED
 
 if TYPE_CHECKING:
@@ -410,14 +410,6 @@ def caller_busy(aways: Sequence[float]) -> bool:
     return sum(kept) > len(kept) * MAX_CALLER_AWAY_S
 
 
-def frames_never_wait(frames: Iterable[Frame]) -> bool:
-    """Whether taking the next of ``frames`` returns at once, never waiting for the world: frames held in memory (a
-    list, a tuple, ``itertools.repeat``) or a source that does not deliver them at its own pace (``live`` false, as
-    ``sbrs.run.sources.FrameSource`` has it for files, folders and synthetic frames). Anything else (a generator, a
-    camera) may wait, and is taken as such."""
-    return isinstance(frames, (list, tuple, itertools.repeat)) or getattr(frames, "live", None) is False
-
-
 def process_in_streams(runner: FrameRunner, streams: Streams, frames: Iterable[Frame],
                        order: str) -> Iterator[FrameResult]:
     """``Runtime.process`` on streams: a worker thread per stream takes the caller's next frame when it is free
@@ -434,7 +426,8 @@ def process_in_streams(runner: FrameRunner, streams: Streams, frames: Iterable[F
     ``caller_busy``) gets a worker for stream 0 after all. A source that may wait keeps a worker per stream from
     the start: the caller's thread waiting on it would hold the other stream's finished frames back from the
     caller."""
-    caller_runs = frames_never_wait(frames)  # until the caller turns out to spend its time on each result
+    never_wait = frames_never_wait(frames)
+    caller_runs = never_wait  # until the caller turns out to spend its time on each result
     # a slot per stream, one for a result waiting for the caller, and, where the caller's thread runs stream 0, one
     # more: it hands out nothing during its own frame, and one that ends before a worker's (whose result is due
     # first) goes on with the next; without it the worker, finishing then, found every slot held and its core
@@ -578,7 +571,7 @@ def process_in_streams(runner: FrameRunner, streams: Streams, frames: Iterable[F
                 if feeder.error is not None:
                     raise feeder.error
                 return
-            if done.empty():
+            if not never_wait and done.empty():
                 runner.settle_before_waiting()  # the streams may wait for the source (a camera's next frame)
             receive()
     finally:
