@@ -30,6 +30,7 @@ frame of a new scenario also carries ``"switch": {"old", "new", "response_delay_
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import signal
@@ -428,9 +429,10 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
                          field="--summary" if exc.filename == summary_path else "--output") from None
     writer = json_lines_writer(stream)
     postprocess_errors = 0
+    reader_left = False
 
     def on_frame(record: FrameRecord) -> None:
-        nonlocal postprocess_errors
+        nonlocal postprocess_errors, reader_left
         value = None
         if saver is not None or viewer is not None:
             try:
@@ -442,8 +444,10 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
                        detections=value if isinstance(value, Detections) else None)
         try:
             line = writer(record)
-        except BrokenPipeError:  # the reader left (`sbrs run | head`): the CLI ends quietly
-            raise
+        except BrokenPipeError:  # the reader left (`sbrs run | head`): the run ends after this frame, as on a
+            reader_left = True  # signal, with its summary; the CLI then ends quietly (below)
+            stop.set()
+            return
         except OSError as exc:  # a full disk, a file system gone: one line, not an internal error
             raise InputError(f"{output or 'stdout'}: cannot write ({exc.strerror or exc})",
                              field="--output" if output else None) from None
@@ -498,6 +502,8 @@ def run_app(app_path: str, *, frames: int | None, source: str | None, output: st
     logger.info("%s", summary.to_text())
     if summary_path:
         write_summary(summary_path, summary)
+    if reader_left:  # the CLI's exit for a reader that left (``sbrs.cli.main``); the summary is out
+        raise BrokenPipeError(errno.EPIPE, "the reader of the frames' lines left")
     return 0
 
 

@@ -90,6 +90,23 @@ def test_run_stops_cleanly_on_sigterm_with_a_summary(tmp_path: Path) -> None:
     assert f" {len(lines)} frames" in err, (len(lines), err)
 
 
+def test_a_reader_that_leaves_ends_the_run_with_its_summary(tmp_path: Path) -> None:
+    """``sbrs run APP | head -1``: the run ends after the frame whose line found no reader, quietly (no
+    traceback), with its summary written; the --summary file was left empty (it is opened before the first frame)."""
+    summary = tmp_path / "summary.json"
+    process = subprocess.Popen([sys.executable, "-m", "sbrs.cli", "run", TINY, "--no-socket", "--summary",
+                                str(summary)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=dict(os.environ))
+    assert process.stdout is not None and process.stderr is not None
+    first = json.loads(process.stdout.readline())
+    process.stdout.close()  # as `head -1` does after its line
+    err = process.stderr.read()
+    assert process.wait(timeout=60) == 1 and first["frame"] == 0
+    assert "Traceback" not in err and "Exception ignored" not in err and "error" not in err, err
+    written = json.loads(summary.read_text())
+    assert written["interrupted"] and written["frames"] >= 1
+
+
 def test_run_order_option_is_validated(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["run", TINY, "--frames", "1", "--order", "sideways"])
