@@ -68,16 +68,28 @@ def read_bench(path: str | Path, app_name: str) -> dict[str, Any]:
         raise InputError("this is an `sbrs bench --switching` report: give it as --switching", file=file)
     _require(report, ("app", "scenarios"), file=file, where="")
     _same_app(report, app_name, file)
+    _require(report["scenarios"], (), file=file, where="scenarios")
     for name, row in report["scenarios"].items():
         _require(row, ("fps", "ort_fps", "ratio"), file=file, where=f"scenarios.{name}", numbers=True)
     memory = report.get("device_memory")
     if memory is not None:
         _require(memory, ("plan", "summary", "bound_bytes"), file=file, where="device_memory")
+        _require(memory, ("bound_bytes", *(("bound_same_run_bytes",) if "bound_same_run_bytes" in memory else ())),
+                 file=file, where="device_memory", numbers=True)
+        _require(memory["summary"], (), file=file, where="device_memory.summary")
         _require(memory["plan"], ("params_bytes", "tensors_bytes", "transition_bytes", "plan_bytes"), file=file,
                  where="device_memory.plan", numbers=True)
         for side in ("sbrs_run", "plain_ort", "plain_ort_active"):
             _require(memory["summary"].get(side), ("pss_bytes",), file=file, where=f"device_memory.summary.{side}",
                      numbers=True)
+        # the picture draws the optional sides too, and the page's table every side holding pss_bytes (and its
+        # rss_bytes): each is checked where present
+        for side, row in memory["summary"].items():
+            drawn = side in ("python_api", "plain_ort_trimmed") and row is not None
+            if drawn or (isinstance(row, Mapping) and "pss_bytes" in row):
+                _require(row, ("pss_bytes", *(("rss_bytes",) if isinstance(row, Mapping) and "rss_bytes" in row
+                                              else ())), file=file, where=f"device_memory.summary.{side}",
+                         numbers=True)
     return report
 
 
@@ -99,9 +111,12 @@ def read_switching(path: str | Path, app_name: str) -> dict[str, Any]:
         _require(row, ("old_frame_s", "new_frame_s"), file=file, where=f"pairs.{pair}", numbers=True)
         for method in methods:
             _require(row.get(method), ("mean_s", "p95_s"), file=file, where=f"pairs.{pair}.{method}", numbers=True)
+    _require(report["overall"], (), file=file, where="overall")
     for method in methods:
         _require(report["overall"].get(method), ("mean_s", "p95_s"), file=file, where=f"overall.{method}",
                  numbers=True)
+    ratios = report["overall"].get("ratios", {})
+    _require(ratios, tuple(m for m in methods if m in ratios), file=file, where="overall.ratios", numbers=True)
     return report
 
 
