@@ -206,7 +206,8 @@ def load_plan(path: str | Path, app: App) -> AppPlan:
     plan = AppPlan(
         app=data["app"], fingerprint=data["fingerprint"], adaptive=tuple(data["adaptive"]), moc=data["moc"],
         problem=data["problem"], arena=data["arena"], reuse=data["reuse"], memory=MemoryReport(**data["memory"]),
-        per_scenario={name: MemoryReport(**figures) for name, figures in data["per_scenario"].items()},
+        # in the app's order, as ``build_plan`` made it (the file's keys are sorted)
+        per_scenario={name: MemoryReport(**data["per_scenario"][name]) for name in data["moc"]["scenarios"]},
         reduction=data.get("reduction"),
     )
     problem = Problem.from_dict(plan.problem)

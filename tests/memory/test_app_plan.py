@@ -157,3 +157,50 @@ def test_random_scenario_sets_plan_validly(programs, adaptive) -> None:  # type:
     assert check_reuse(problem, reuse) == []
     assert lower_bound(problem) <= arena.arena_bytes <= buffers_reuse(problem, aligned=True).total
     assert figures.arena_bytes == arena.arena_bytes
+
+
+HAND_APP = """\
+name: hand
+input: {name: input, shape: [1, 1, 4, 4], dtype: float32}
+adaptive: [I, O, par]
+initial: wide
+scenarios:
+  - name: wide
+    seed: 1
+    layers:
+      - {name: c1, op: conv, out: 2, kernel: 3, pad: 1, act: relu}
+      - {name: c2, op: conv, out: 4, kernel: 1}
+      - {name: pool, op: gap}
+      - {name: flat, op: flatten}
+      - {name: head_w, op: fc, out: 3}
+  - name: narrow
+    seed: 1
+    layers:
+      - {name: c1, op: conv, out: 2, kernel: 3, pad: 1, act: relu}
+      - {name: pool, op: gap}
+      - {name: flat, op: flatten}
+      - {name: head_n, op: fc, out: 3}
+"""
+
+
+def test_a_saved_plan_keeps_the_apps_scenario_order_and_hand_counted_figures(tmp_path: Path) -> None:
+    """Two scenarios small enough to count by hand, named against alphabetical order: the saved plan (whose
+    file sorts its keys) gives its figures per scenario in the app's order, as the plan it saved (``sbrs report``
+    draws its bars in that order), and the figures are the hand-counted ones.
+
+    Parameters (float32): c1 2·1·3·3 + 2 = 20 floats, c2 4·2 + 4 = 12, head_w 3·4 + 3 = 15, head_n 3·2 + 3 = 9:
+    wide 47 floats = 188 bytes, narrow 29 = 116, unique 56 = 224 (c1 shared). Lower bound, the most bytes live at
+    one step: wide at c2, relu's output (2·16 floats) and c2's (4·16): 384 bytes; narrow at relu, conv's output
+    and relu's: 256 bytes; the app: 384. Naive (one buffer per edge): wide 64 + 128 + 128 + 256 + 16 + 16 + 12 =
+    620, narrow 64 + 128 + 128 + 8 + 8 + 12 = 348."""
+    app_file = tmp_path / "hand.yaml"
+    app_file.write_text(HAND_APP)
+    app = load_app(app_file)
+    plan = build_plan(app)
+    loaded = load_plan(save_plan(plan, tmp_path / "hand.plan.json"), app)
+    assert list(plan.per_scenario) == list(loaded.per_scenario) == ["wide", "narrow"]
+    for figures in (plan, loaded):
+        wide, narrow = figures.per_scenario["wide"], figures.per_scenario["narrow"]
+        assert (wide.params_bytes, narrow.params_bytes, figures.memory.params_bytes) == (188, 116, 224)
+        assert (wide.lower_bound_bytes, narrow.lower_bound_bytes, figures.memory.lower_bound_bytes) == (384, 256, 384)
+        assert (wide.naive_bytes, narrow.naive_bytes, figures.memory.naive_bytes) == (620, 348, 968)
