@@ -220,6 +220,25 @@ class RunSummary:
                 f"{memory.get('arena_holds')}; `sbrs bench` measures the process)")
 
 
+class _FramesUntil:
+    """``frames`` until ``limit`` of them or ``stop``: no frame is taken from the source past either (a source's
+    frame read and never run showed in its ``read`` count), and ``live`` is the source's, so that the runtime
+    knows a file's or synthetic frames never wait (``sbrs.runtime.runner.frames_never_wait``: a generator here
+    hid it, and two streams then took every frame as a copy, on worker threads only)."""
+
+    def __init__(self, frames: Iterable[np.ndarray], limit: int | None, stop: threading.Event) -> None:
+        self.frames, self.limit, self.stop = frames, limit, stop
+        self.live = getattr(frames, "live", None)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        if (self.limit is not None and self.limit <= 0) or self.stop.is_set():
+            return
+        for count, frame in enumerate(self.frames, 1):
+            yield frame
+            if (self.limit is not None and count >= self.limit) or self.stop.is_set():
+                return
+
+
 def run_frames(runtime: Runtime, frames: Iterable[np.ndarray], *, limit: int | None = None,
                on_frame: Callable[[FrameRecord], None] | None = None,
                stop: threading.Event | None = None, order: str = "completion",
@@ -229,15 +248,8 @@ def run_frames(runtime: Runtime, frames: Iterable[np.ndarray], *, limit: int | N
     came from (``FrameSource.taken``), for its record."""
     summary = RunSummary(arena_bytes=runtime.arena_bytes, memory=runtime.memory_report())
     stop = stop or threading.Event()
-
-    def feed() -> Iterator[np.ndarray]:
-        for index, frame in enumerate(frames):
-            if (limit is not None and index >= limit) or stop.is_set():
-                return
-            yield frame
-
     started = time.perf_counter()
-    results = runtime.process(feed(), order=order)
+    results = runtime.process(_FramesUntil(frames, limit, stop), order=order)
     try:
         for result in results:
             summary.frames[result.scenario] = summary.frames.get(result.scenario, 0) + 1

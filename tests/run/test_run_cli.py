@@ -9,11 +9,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from sbrs.app import App
 from sbrs.cli import main
 from tests.conftest import REPO, REPO_BUILDS
 
@@ -157,3 +160,29 @@ def test_a_closed_stdout_is_one_line_before_the_models_load(tiny_built: None, ca
     assert main(["run", TINY, "--frames", "1", "--no-socket"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--output: stdout is closed" in err, err
+
+
+def test_run_frames_takes_no_frame_past_its_limit_and_keeps_the_sources_live(
+        load_example: Callable[[str], App]) -> None:
+    """``--frames N`` took frame N+1 from the source before stopping (its summary said 201 read for 200), and the
+    generator run_frames handed the runtime hid the source's ``live``: a file's or synthetic frames, which never
+    wait, were then taken as frames that may (on two streams: a copy of each, and no stream on the caller's
+    thread)."""
+    from sbrs.run.frames import open_source
+    from sbrs.run.loop import run_frames
+    from sbrs.runtime import runtime_for
+    from sbrs.runtime.runner import frames_never_wait
+
+    app = load_example("tiny")
+    seen = []
+    with runtime_for(app) as runtime, open_source(None, app.config.input) as source:
+        process = runtime.process
+
+        def recording(frames: Any, **options: Any) -> Any:
+            seen.append(frames_never_wait(frames))
+            return process(frames, **options)
+
+        runtime.process = recording  # type: ignore[method-assign]
+        summary = run_frames(runtime, source, limit=5)
+    assert sum(summary.frames.values()) == 5 and source.counts.read == 5
+    assert source.live is False and seen == [True]
