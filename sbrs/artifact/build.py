@@ -81,6 +81,10 @@ def build_app(app_path: str | Path, *, memory_limit_mb: float | None = None,
     from sbrs.memory import build_plan, default_plan_path, save_plan
 
     app = load_app(app_path)
+    unknown = sorted(set(min_fps or {}) - set(app.models))
+    if unknown:  # the search checks them too, but without a memory limit no search runs to see them
+        raise InputError(f"--min-fps names unknown scenario(s) {', '.join(unknown)} (scenarios: "
+                         f"{', '.join(app.models)})", field="min_fps")
     plan = build_plan(app)
     if logger.isEnabledFor(logging.DEBUG):  # the arena as a chart (``sbrs build -v``)
         from sbrs.memory import ArenaPlan, Problem

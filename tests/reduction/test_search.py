@@ -116,6 +116,14 @@ def test_bad_options_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], 
     assert code == 2 and err.startswith("sbrs: error:")
 
 
+def test_an_unknown_min_fps_scenario_is_refused_without_a_limit_too(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = build(tmp_path, capsys, "--min-fps", "nobody=3", *FAST)
+    assert code == 2 and out == ""
+    assert err.startswith("sbrs: error:") and "unknown scenario(s) nobody" in err
+    assert not (tmp_path / "tiny.plan.json").exists() and not (tmp_path / "tiny.build").exists()
+
+
 def test_sbrs_build_runs_the_benchmarks_search(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """One search, one answer: ``sbrs build`` searches with the frame streamed, as ``benchmarks/reduction.py``
     does, so the front it reports is that search's front (the same seed and cost model give the same points)."""
