@@ -176,6 +176,26 @@ def test_bad_inputs_are_one_line_naming_file_and_field(measured: Path, tmp_path:
     assert not (tmp_path / "out").exists()  # inputs are checked before anything is written
 
 
+def test_a_file_whose_parts_are_not_objects_is_one_line_naming_the_field(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """An object where the pictures read one (``sbrs build --json``'s ``scenarios`` is a list) was an internal
+    error (``AttributeError``) naming nothing."""
+    out, other = str(tmp_path / "out"), tmp_path / "other.json"
+    bench = {"app": "tiny", "scenarios": ["full"]}
+    switching = {"app": "tiny", "methods": ["sbrs-tp"], "overall": [],
+                 "pairs": {"full->skip": {"old_frame_s": 0.1, "new_frame_s": 0.1,
+                                          "sbrs-tp": {"mean_s": 0.1, "p95_s": 0.1}}}}
+    memory = {"app": "tiny", "scenarios": {}, "device_memory": {"plan": {}, "summary": [], "bound_bytes": 1}}
+    for option, report, field in (("--bench", bench, "scenarios"), ("--switching", switching, "overall"),
+                                  ("--bench", memory, "device_memory.summary")):
+        if field == "device_memory.summary":
+            memory["device_memory"]["plan"] = dict.fromkeys(("params_bytes", "tensors_bytes", "transition_bytes",
+                                                             "plan_bytes"), 1)
+        other.write_text(json.dumps(report))
+        assert f"{other}: {field}: expected an object" in _error(capsys, str(TINY), "-o", out, option, str(other))
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_short_front_search_searches_below_the_folded_plan() -> None:
     """An app without a memory limit gets a real front (drone's first try met its own limit unreduced: the search
     sees folded models, whose plan is below the app plan's)."""
