@@ -16,7 +16,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "sbrs"
 #: The stages in data-flow order; a name is a module or a package (a prefix matches everything in it).
 STAGES: tuple[tuple[str, ...], ...] = (
     # below every stage (sbrs.outputs: what outputs become, numpy only, read by the app, the runtime and run)
-    ("sbrs.errors", "sbrs._lazy", "sbrs.digest", "sbrs.cache", "sbrs.ort_env", "sbrs.log", "sbrs.outputs"),
+    ("sbrs.errors", "sbrs._lazy", "sbrs.digest", "sbrs.cache", "sbrs.folder_lock", "sbrs.ort_env", "sbrs.log",
+     "sbrs.outputs"),
     ("sbrs.model", "sbrs.zoo"),
     ("sbrs.app",),
     ("sbrs.moc",),

@@ -37,6 +37,7 @@ from sbrs.compile.session_choice import SessionChoice
 from sbrs.compile.unit_streams import StreamsChoice
 from sbrs.compile.units import UnitPlan
 from sbrs.errors import InputError
+from sbrs.folder_lock import folder_lock
 from sbrs.log import Progress
 
 logger = logging.getLogger(__name__)
@@ -559,12 +560,25 @@ def compile_app(app: App, folder: Path | None = None, *, reduction: Mapping[str,
         }
         manifest["checksum"] = manifest_checksum(manifest)
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(staging, folder)
+        _swap_in(staging, folder)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         if other is not None:
             shutil.rmtree(other, ignore_errors=True)
         raise
     return manifest
+
+
+def _swap_in(staging: Path, folder: Path) -> None:
+    """``staging`` becomes the build ``folder``: the old build is renamed aside and the new one renamed in, one
+    build at a time (``sbrs.folder_lock``). Two builds of one app finishing together each deleted the folder and
+    renamed theirs in, and a run starting between the delete and the rename found no build; now the folder is
+    missing only between two renames, and the build that comes last is the one kept."""
+    aside: Path | None = None
+    with folder_lock(folder.parent):
+        if folder.exists():
+            aside = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", dir=folder.parent))
+            os.replace(folder, aside)  # onto the empty folder mkdtemp made
+        os.replace(staging, folder)
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)

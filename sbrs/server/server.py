@@ -32,7 +32,6 @@ loopback addresses only (``localhost``, ``127.x.y.z``, ``::1``): the socket has 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import ipaddress
 import os
 import selectors
@@ -48,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from sbrs.control.controller import Controller, RequestError
 from sbrs.errors import InputError, SbrsRuntimeError
+from sbrs.folder_lock import folder_lock
 from sbrs.server.protocol import (
     MAX_LINE_BYTES,
     LineSplitter,
@@ -147,15 +147,8 @@ def bind_unix_socket(path: Path) -> socket.socket:
     if not path.parent.is_dir():
         raise InputError(f"no such directory for the socket: {path.parent}", field="--socket")
     # The folder is locked from the check to listen(): two servers started together on one stale path both found
-    # it stale, and the second unlinked the first's new socket, which then served nobody. (A folder this user may
-    # write to but not read cannot be opened to lock: then there is no lock, as before.)
-    try:
-        folder: int | None = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        folder = None
-    try:
-        if folder is not None:
-            fcntl.flock(folder, fcntl.LOCK_EX)
+    # it stale, and the second unlinked the first's new socket, which then served nobody.
+    with folder_lock(path.parent):
         try:
             info = os.lstat(path)
         except FileNotFoundError:
@@ -176,9 +169,6 @@ def bind_unix_socket(path: Path) -> socket.socket:
         except OSError as exc:
             sock.close()
             raise SbrsRuntimeError(f"cannot listen on socket {path}: {exc.strerror or exc}") from None
-    finally:
-        if folder is not None:
-            os.close(folder)  # and the lock with it
     return sock
 
 

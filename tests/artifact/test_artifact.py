@@ -333,3 +333,38 @@ def test_optimised_models_without_large_weights_share_the_weights_file(tmp_path:
         got = ort.InferenceSession(str(tmp_path / f"{name}.opt.onnx")).run(None, {"x": frame})[0]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert not (tmp_path / "big.opt.onnx.bin").exists()
+
+
+def test_builds_of_one_app_finishing_together_swap_in_one_after_the_other(tmp_path: Path) -> None:
+    """Two builds of one app each deleted the build folder, then renamed theirs in: finishing together, one
+    failed (the other's delete under its own, or a rename onto a folder no longer empty). Now one swaps in at a
+    time, the last one kept, and no folder of theirs is left beside it."""
+    import threading
+
+    from sbrs.artifact.write import _swap_in
+
+    folder = tmp_path / "app.build"
+    folder.mkdir()
+    (folder / "manifest.json").write_text("0")
+    errors: list[BaseException] = []
+
+    def build(version: int) -> None:
+        staging = tmp_path / f".app.build.{version}"
+        staging.mkdir()
+        for name in ("manifest.json", *(f"u{k}.onnx" for k in range(50))):
+            (staging / name).write_text(str(version))
+        try:
+            _swap_in(staging, folder)
+        except BaseException as error:  # the test's verdict, below
+            errors.append(error)
+
+    for round_ in range(20):
+        builders = [threading.Thread(target=build, args=(2 * round_ + k + 1,)) for k in range(2)]
+        for builder in builders:
+            builder.start()
+        for builder in builders:
+            builder.join(30)
+        assert errors == []
+        contents = {path.read_text() for path in folder.iterdir()}
+        assert len(contents) == 1 and (folder / "manifest.json").is_file()  # one build, whole
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["app.build"]
