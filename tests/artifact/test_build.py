@@ -221,3 +221,30 @@ def test_a_signal_while_sbrs_run_builds_stops_it(signals: tuple[str, ...], tmp_p
     assert sorted(path.name for path in tmp_path.iterdir() if "build" in path.name) == []
     left = subprocess.run(["pgrep", "-g", str(process.pid)], capture_output=True, text=True, check=False).stdout
     assert left == "", f"processes left in the run's group: {left}"
+
+
+def test_a_build_child_ends_when_its_parent_is_killed(tmp_path: Path) -> None:
+    """A parent killed with SIGKILL can end nothing itself: its build child ran to its end for nobody. Linux now
+    tells the child (SIGTERM at its parent's death), which unwinds as on a signal and keeps nothing."""
+    import os
+    import time
+
+    app_path = copy_app(tmp_path, REPO / "apps" / "tiny.yaml")
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import os, subprocess, sys, time\n"
+         f"child = subprocess.Popen([sys.executable, '-m', 'sbrs.artifact.child', {str(app_path)!r}, "
+         "'--parent', str(os.getpid())], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+         "print(child.pid, flush=True)\ntime.sleep(60)\n"], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    time.sleep(0.3)  # the child is importing, or building
+    parent.kill()
+    parent.wait(10)
+    deadline = time.monotonic() + 20
+    while os.path.exists(f"/proc/{child}") and time.monotonic() < deadline:
+        with open(f"/proc/{child}/stat") as stat:  # a zombie has ended (its parent, init, reaps it)
+            if stat.read().split(")")[-1].split()[0] == "Z":
+                break
+        time.sleep(0.05)
+    assert time.monotonic() < deadline, "the build child outlived its killed parent"
+    assert sorted(path.name for path in tmp_path.iterdir() if "build" in path.name) == []
