@@ -677,20 +677,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         with logging_to_stderr(level):
             return int(args.handler(args))
     except SbrsError as exc:
-        sys.stderr.write(f"sbrs: error: {exc}\n")
+        _say(f"sbrs: error: {exc}")
         return exc.exit_code
     except BrokenPipeError:  # e.g. `sbrs zoo list | head`: the reader left; say nothing more
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if sys.stdout is not None:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except KeyboardInterrupt:
-        sys.stderr.write("sbrs: interrupted\n")
+        _say("sbrs: interrupted")
         return 130
     except Exception as exc:
         if os.environ.get("SBRS_DEBUG"):
             raise
         message = " ".join(str(exc).split())[:500]
-        sys.stderr.write(f"sbrs: internal error: {type(exc).__name__}: {message} (set SBRS_DEBUG=1 for a traceback)\n")
+        _say(f"sbrs: internal error: {type(exc).__name__}: {message} (set SBRS_DEBUG=1 for a traceback)")
         return 1
+
+
+def _say(line: str) -> None:
+    """``line`` on stderr, where there is one: started with stderr closed (``2>&-``), Python makes it None, and
+    writing the error there failed in turn, exit 1 where the error's own status was due."""
+    if sys.stderr is not None:
+        sys.stderr.write(line + "\n")
 
 
 if __name__ == "__main__":

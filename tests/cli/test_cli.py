@@ -93,3 +93,13 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["no-such-command"])
     assert exit_info.value.code == 2
+
+
+def test_bad_input_with_stderr_closed_still_exits_2(tmp_path: Path) -> None:
+    """Started with stderr closed (``2>&-``), Python makes ``sys.stderr`` None: writing the error there failed in
+    turn, and the exit status was 1 instead of the error's own 2."""
+    import os
+
+    done = subprocess.run([sys.executable, "-m", "sbrs.cli", "check", str(tmp_path / "missing.yaml")],
+                          stdout=subprocess.PIPE, preexec_fn=lambda: os.close(2), timeout=120, check=False)
+    assert done.returncode == 2 and done.stdout == b""
