@@ -44,6 +44,7 @@ loop, the switch paths and the streams share; what a runtime reports about itsel
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -81,6 +82,8 @@ from sbrs.runtime.switching import (
     start_transition,
     transition_starts,
 )
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from sbrs.app.app import App
@@ -185,6 +188,9 @@ class Runtime:
         if self.on_switch == "finish":
             streams = (plan.streams if by_parts  # type: ignore[union-attr]
                        else config.runtime.max_streams(by_parts=False, measured=program.streams))
+        elif config.runtime.streams == 2:  # said: the app file asked for two, and would not know why it has one
+            logger.info("sbrs: runtime.streams: 2 runs one stream under on_switch: %s (a frame in flight given up "
+                        "or resumed needs one frame at a time)", self.on_switch)
         threads = 1 if by_parts or streams > 1 else self.thread_pool.count
         # a unit that is a scenario's whole frame is called frame after frame: its pool stays warm (sbrs.ort_env)
         whole_frames = frozenset() if by_parts else whole_frame_units(plan.sequences)  # type: ignore[union-attr]

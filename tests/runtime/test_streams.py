@@ -941,3 +941,18 @@ def test_a_frame_is_counted_before_the_loop_waits_for_the_next(load_example: Cal
         waiting.join(30)
         results.close()
     assert first.index == 0 and counted_while_waiting == [first.scenario]
+
+
+def test_two_streams_asked_under_cancel_say_they_run_one(load_example: Callable[[str], App],
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """``runtime.streams: 2`` with ``on_switch: cancel`` runs one stream (a frame given up needs one frame at a
+    time): the app file asked for two and was not told why it had one."""
+    from dataclasses import replace
+
+    tiny = load_example("tiny")
+    app = replace(tiny, config=replace(tiny.config, runtime=replace(tiny.config.runtime, streams=2,
+                                                                    on_switch="cancel")))
+    with caplog.at_level("INFO", logger="sbrs"), Runtime.from_app(app) as runtime:
+        assert runtime.stream_count == 1
+    assert any("runtime.streams: 2 runs one stream under on_switch: cancel" in record.getMessage()
+               for record in caplog.records)
