@@ -242,8 +242,15 @@ class FrameRunner:
         the switch under way for good, ``switching`` ever after. The caller holds the lock, so no other frame took
         a request meanwhile."""
         recorded = [request for _, _, request, _ in self._unsettled]
-        for request in self.node.under_way:
-            if request not in before and request not in recorded:
+        self.abandon_unanswered([request for request in self.node.under_way
+                                 if request not in before and request not in recorded])
+
+    def abandon_unanswered(self, requests: Iterable[SwitchRequest]) -> None:
+        """Each of ``requests`` still under way ends without an output (``ControlNode.abandon``): the frames that
+        took them failed. The caller holds the lock."""
+        under_way = self.node.under_way
+        for request in requests:
+            if request in under_way:
                 self.node.abandon(request)
 
     def settle(self) -> None:

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from queue import Empty, SimpleQueue
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnxruntime as ort
@@ -40,7 +40,7 @@ from sbrs.errors import SbrsRuntimeError
 from sbrs.runtime.binding import Bound
 from sbrs.runtime.device import ArenaMemory
 from sbrs.runtime.runner import frames_never_wait
-from sbrs.runtime.switching import TERMINATED
+from sbrs.runtime.switching import END_OF_FRAMES, TERMINATED
 
 if TYPE_CHECKING:
     from sbrs.runtime.control_node import SwitchRequest
@@ -74,9 +74,6 @@ BOTH_CORES_MIN_LEFT_S = 1e-3
 #: The longest a stream's worker waits, before its next frame, for a switch's frame on both cores
 #: (``Streams.wait_for_solo``); such a frame takes one frame's time at most.
 SOLO_WAIT_S = 1.0
-
-#: What ``next`` returns at the end of the caller's frames (``_Feeder.take``).
-_END: Any = object()
 
 #: A frame's computed outputs, with the times its stream started and finished it.
 Computed = tuple[dict[str, np.ndarray], float, float]
@@ -363,8 +360,8 @@ class _Feeder:
                     return None
                 runner = self.runner
                 try:
-                    frame = next(self.source, _END)
-                    if frame is _END:  # (a frame of None is a malformed frame, raised in its turn)
+                    frame = next(self.source, END_OF_FRAMES)
+                    if frame is END_OF_FRAMES:
                         self.stop()
                         return None
                     arrays = runner.checked_frame(frame)
@@ -585,7 +582,4 @@ def process_in_streams(runner: FrameRunner, streams: Streams, frames: Iterable[F
             runner.settle()
             # a request taken by a frame with no result (it failed, or the caller's thread was interrupted between
             # taking it and its result) ends without one: else the node shows its switch under way for good
-            under_way = runner.node.under_way
-            for request in feeder.requests:
-                if request in under_way:
-                    runner.node.abandon(request)
+            runner.abandon_unanswered(feeder.requests)

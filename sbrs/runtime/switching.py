@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 
 #: How ONNX Runtime's error reads when a call stopped because its ``RunOptions.terminate`` was set.
 TERMINATED = "terminate flag"
+#: What ``next`` returns at the end of the caller's frames, here and on streams (a frame of ``None`` is a malformed
+#: frame, raised in its turn, not the end).
+END_OF_FRAMES: Any = object()
 
 
 class Lookahead:
@@ -77,12 +80,8 @@ class Lookahead:
         return self._read() if arrays is None else arrays
 
     def _read(self) -> dict[str, np.ndarray] | None:
-        frame = next(self._frames, _END)
-        return None if frame is _END else self._check(frame)
-
-
-#: What ``next`` returns at the end of the caller's frames (a frame of ``None`` is a malformed frame).
-_END: Any = object()
+        frame = next(self._frames, END_OF_FRAMES)
+        return None if frame is END_OF_FRAMES else self._check(frame)
 
 
 def start_transition(runner: FrameRunner, old: str, step: int, pending: SwitchRequest,
